@@ -1,0 +1,30 @@
+//===- Plugin.cpp - registers the scatter passes with opt-14 ----------------===//
+#include "Passes.h"
+
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Passes/PassPlugin.h"
+
+using namespace llvm;
+
+extern "C" LLVM_ATTRIBUTE_WEAK PassPluginLibraryInfo llvmGetPassPluginInfo() {
+  return {LLVM_PLUGIN_API_VERSION, "BunkaiScatter", "1",
+          [](PassBuilder &PB) {
+            PB.registerPipelineParsingCallback(
+                [](StringRef Name, ModulePassManager &MPM,
+                   ArrayRef<PassBuilder::PipelineElement>) {
+                  if (Name == "bunkai-tag-source")
+                    MPM.addPass(bunkai::TagSourcePass());
+                  else if (Name == "bunkai-assign-ids")
+                    MPM.addPass(bunkai::AssignIdsPass());
+                  else if (Name == "bunkai-externalize")
+                    MPM.addPass(bunkai::ExternalizePass());
+                  else if (Name == "bunkai-merge-statics")
+                    MPM.addPass(bunkai::MergeStaticsPass());
+                  else if (Name == "bunkai-split")
+                    MPM.addPass(bunkai::SplitPass());
+                  else
+                    return false;
+                  return true;
+                });
+          }};
+}

@@ -1,0 +1,517 @@
+//! `bunkai scatter`: the whole pipeline, from inputs to a finished output
+//! directory. Everything is built in a temporary directory beside the output
+//! and renamed into place at the end, so a failure leaves nothing behind.
+
+use crate::lower::{self, Job};
+use crate::manifest::{FunctionEntry, Globals, Kept, Manifest, Original, FORMAT, MANIFEST};
+use crate::stubs::{self, Stub};
+use crate::toolchain::{run, Toolchain};
+use crate::util::file_size;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub out: PathBuf,
+    pub lib: bool,
+    pub name: Option<String>,
+    pub verbose: bool,
+    pub inputs: Vec<PathBuf>,
+    pub flags: Vec<String>,
+    pub jobs: usize,
+    pub keep_temps: bool,
+    pub progress: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum InputKind {
+    C,
+    Bitcode,
+    IrText,
+}
+
+/// What scatter did, for the CLI to print.
+pub struct Summary {
+    pub manifest: Manifest,
+    pub log: Vec<String>,
+}
+
+fn classify(p: &Path) -> Result<InputKind> {
+    let bytes = std::fs::read(p)
+        .with_context(|| format!("cannot read input {} (check the path)", p.display()))?;
+    let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if bytes.starts_with(b"BC\xc0\xde") || bytes.starts_with(&[0xde, 0xc0, 0x17, 0x0b]) {
+        return Ok(InputKind::Bitcode);
+    }
+    match ext {
+        "c" | "i" => {
+            if bytes.contains(&0) {
+                bail!(
+                    "{} is not C source: it contains NUL bytes (give .c, .bc or .ll files)",
+                    p.display()
+                );
+            }
+            Ok(InputKind::C)
+        }
+        "ll" => Ok(InputKind::IrText),
+        "bc" => bail!(
+            "{} is not LLVM bitcode: wrong magic number (give .c, .bc or .ll files)",
+            p.display()
+        ),
+        _ => bail!(
+            "{} is not C source or LLVM bitcode/IR (give .c, .bc or .ll files)",
+            p.display()
+        ),
+    }
+}
+
+fn check_flags(flags: &[String]) -> Result<()> {
+    for f in flags {
+        let bad = match f.as_str() {
+            "-o" => Some("bunkai scatter chooses the outputs; use -o before --"),
+            "-c" | "-S" | "-E" | "-emit-llvm" => Some("scatter compiles and links itself"),
+            "-shared" => Some("use --lib to scatter a shared library"),
+            _ if f.starts_with("-flto") => Some("scatter reads whole-program bitcode; give the .bc instead"),
+            _ => None,
+        };
+        if let Some(fix) = bad {
+            bail!("flag {f} cannot be passed after -- ({fix})");
+        }
+    }
+    Ok(())
+}
+
+/// The optimisation level in the flags, for code generation.
+fn opt_level(flags: &[String]) -> &'static str {
+    let mut level = "-O0";
+    for f in flags {
+        level = match f.as_str() {
+            "-O0" => "-O0",
+            "-O1" => "-O1",
+            "-O" | "-O2" | "-Os" | "-Oz" => "-O2",
+            "-O3" | "-Ofast" => "-O3",
+            _ => level,
+        };
+    }
+    level
+}
+
+pub fn scatter(opts: &Options) -> Result<Summary> {
+    if opts.inputs.is_empty() {
+        bail!("no inputs (give C sources, .bc or .ll files)");
+    }
+    check_flags(&opts.flags)?;
+    let kinds: Vec<InputKind> = opts.inputs.iter().map(|p| classify(p)).collect::<Result<_>>()?;
+    let name = match &opts.name {
+        Some(n) => n.clone(),
+        None => opts.inputs[0]
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("a")
+            .trim_start_matches("lib")
+            .to_string(),
+    };
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        bail!("bad program name {name:?} (give --name NAME)");
+    }
+    prepare_out(&opts.out)?;
+    let tc = Toolchain::discover()?;
+
+    let parent = opts
+        .out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let outname = opts.out.file_name().and_then(|s| s.to_str()).unwrap_or("out");
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{outname}.bunkai-tmp-"))
+        .tempdir_in(parent)
+        .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
+    let root = tmp.path().to_path_buf();
+    let work = root.join("work");
+    let split = work.join("split");
+    std::fs::create_dir_all(&split)?;
+    let libdir_rel = format!("lib/{name}");
+    std::fs::create_dir_all(root.join(&libdir_rel))?;
+    std::fs::create_dir_all(root.join("original"))?;
+
+    let mut cflags: Vec<String> = opts.flags.clone();
+    if opts.lib && !cflags.iter().any(|f| f == "-fPIC" || f == "-fpic") {
+        cflags.push("-fPIC".into());
+    }
+    let quiet = "-Wno-unused-command-line-argument".to_string();
+
+    // 1. Bitcode per input, tagged with its source file.
+    let mut tus = Vec::new();
+    for (i, (input, kind)) in opts.inputs.iter().zip(&kinds).enumerate() {
+        let raw = work.join(format!("tu{i}.raw.bc"));
+        let tagged = work.join(format!("tu{i}.bc"));
+        let src_for_opt = if *kind == InputKind::C {
+            run(
+                Command::new(&tc.clang)
+                    .args(["-c", "-emit-llvm"])
+                    .args(&cflags)
+                    .arg(&quiet)
+                    .arg("-o")
+                    .arg(&raw)
+                    .arg(input),
+                &format!("compiling {}", input.display()),
+            )
+            .map_err(|e| {
+                anyhow::anyhow!("{e:#}; {} does not compile (fix the errors above)", input.display())
+            })?;
+            raw.clone()
+        } else {
+            input.clone()
+        };
+        run(
+            Command::new(&tc.opt)
+                .arg(format!("-load-pass-plugin={}", tc.plugin().display()))
+                .arg("-passes=bunkai-tag-source")
+                .arg(&src_for_opt)
+                .arg("-o")
+                .arg(&tagged),
+            &format!("reading {}", input.display()),
+        )
+        .map_err(|e| anyhow::anyhow!("{e:#}; {} is not valid LLVM IR (regenerate it with clang-14)", input.display()))?;
+        tus.push(tagged);
+    }
+
+    // 2. One module.
+    let whole = work.join("whole.bc");
+    if tus.len() == 1 {
+        std::fs::copy(&tus[0], &whole)?;
+    } else {
+        run(
+            Command::new(&tc.llvm_link).args(&tus).arg("-o").arg(&whole),
+            "linking the bitcode",
+        )?;
+    }
+
+    // 3. The passes.
+    let launcher_bc = work.join("launcher.bc");
+    let log_path = work.join("decisions.log");
+    let plugin = tc.plugin();
+    run(
+        Command::new(&tc.opt)
+            .arg(format!("-load={}", plugin.display()))
+            .arg(format!("-load-pass-plugin={}", plugin.display()))
+            .arg("-passes=bunkai-assign-ids,bunkai-externalize,bunkai-merge-statics,bunkai-split")
+            .arg(format!("-bunkai-split-dir={}", split.display()))
+            .arg(format!("-bunkai-log={}", log_path.display()))
+            .arg(&whole)
+            .arg("-o")
+            .arg(&launcher_bc),
+        "splitting the program",
+    )?;
+    let stubs = stubs::parse_stubs_tsv(&std::fs::read_to_string(split.join("stubs.tsv"))?)?;
+    let exports: Vec<String> = std::fs::read_to_string(split.join("exports.txt"))?
+        .lines()
+        .map(String::from)
+        .collect();
+    let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
+
+    // 4. The launcher.
+    let launcher_rel = if opts.lib {
+        format!("lib/lib{name}.so")
+    } else {
+        format!("bin/{name}")
+    };
+    let launcher = root.join(&launcher_rel);
+    std::fs::create_dir_all(launcher.parent().unwrap())?;
+    let stubs_s = work.join("stubs.S");
+    let libdir_from_launcher = if opts.lib { name.clone() } else { format!("../lib/{name}") };
+    std::fs::write(&stubs_s, stubs::generate(&stubs, &libdir_from_launcher, opts.lib))?;
+    let launcher_o = work.join("launcher.o");
+    run(
+        Command::new(&tc.clang)
+            .arg("-c")
+            .args(&cflags)
+            .args([&quiet, "-Xclang", "-disable-llvm-passes"])
+            .arg("-o")
+            .arg(&launcher_o)
+            .arg(&launcher_bc),
+        "compiling the launcher",
+    )?;
+    let mut link = Command::new(&tc.clang);
+    link.arg("-fuse-ld=lld").args(&cflags).arg(&quiet).arg("-o").arg(&launcher);
+    link.arg(&launcher_o).arg(&stubs_s);
+    link.arg("-Wl,--whole-archive").arg(tc.runtime()).arg("-Wl,--no-whole-archive");
+    if opts.lib {
+        link.arg("-shared");
+        if !opts.flags.iter().any(|f| f.contains("-soname")) {
+            link.arg(format!("-Wl,-soname,lib{name}.so"));
+        }
+    } else {
+        let dynlist = work.join("exports.dynlist");
+        let mut t = String::from("{\n");
+        for e in &exports {
+            t.push_str(&format!("  \"{e}\";\n"));
+        }
+        t.push_str("};\n");
+        std::fs::write(&dynlist, t)?;
+        link.arg(format!("-Wl,--dynamic-list={}", dynlist.display()));
+    }
+    link.arg("-Wl,-s");
+    run(&mut link, "linking the launcher")?;
+
+    // 5. The libraries.
+    let mut lib_link: Vec<String> = opts.flags.clone();
+    lib_link.extend(
+        ["-Wl,-s", "-Wl,--build-id=none", "-Wl,--hash-style=gnu"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    if opts.lib {
+        // Libraries need the launcher library in their own scope: the program
+        // may have dlopen()ed it RTLD_LOCAL.
+        lib_link.push(launcher.display().to_string());
+    }
+    let template = lower::link_template(&tc, &work, &lib_link)?;
+    let level = opt_level(&opts.flags);
+    let mut jobs = Vec::with_capacity(stubs.len() + 1);
+    for st in &stubs {
+        jobs.push(Job {
+            input: split.join(format!("{}{:x}.bc", stubs::LIB_PREFIX, st.id)),
+            output: root.join(&libdir_rel).join(stubs::lib_file(st.id)),
+            what: format!("{} ({})", st.name, st.source),
+        });
+    }
+    // An empty module measures the per-library overhead (§5.1).
+    let empty_ll = work.join("empty.ll");
+    std::fs::write(&empty_ll, "target triple = \"x86_64-pc-linux-gnu\"\n")?;
+    let empty_bc = work.join("empty.bc");
+    run(
+        Command::new(&tc.opt).arg(&empty_ll).arg("-o").arg(&empty_bc),
+        "building the empty library",
+    )?;
+    let empty_so = work.join("empty.so");
+    jobs.push(Job {
+        input: empty_bc,
+        output: empty_so.clone(),
+        what: "(empty library)".into(),
+    });
+    lower::run(&tc, &template, level, jobs, opts.jobs, opts.progress)?;
+
+    // 6. The original, from the same inputs and flags.
+    let orig_name = if opts.lib { format!("lib{name}.so") } else { name.clone() };
+    let orig_unstripped = work.join(format!("{orig_name}.unstripped"));
+    let mut oc = Command::new(&tc.clang);
+    oc.arg("-fuse-ld=lld").args(&cflags).arg(&quiet).arg("-o").arg(&orig_unstripped);
+    oc.args(&opts.inputs);
+    if opts.lib {
+        oc.arg("-shared");
+    }
+    run(&mut oc, "building the original program")?;
+    let orig_rel = format!("original/{orig_name}");
+    run(
+        Command::new(&tc.strip)
+            .arg("-o")
+            .arg(root.join(&orig_rel))
+            .arg(&orig_unstripped),
+        "stripping the original program",
+    )?;
+
+    // 7. Names for the runtime's messages, the manifest, and into place.
+    let mut names = String::new();
+    for st in &stubs {
+        names.push_str(&format!("{:x}\t{}\t{}\n", st.id, st.name, st.source));
+    }
+    std::fs::write(root.join(&libdir_rel).join(stubs::NAMES_FILE), names)?;
+
+    let overhead = file_size(&empty_so);
+    let functions: Vec<FunctionEntry> = stubs
+        .iter()
+        .map(|st: &Stub| {
+            let library = format!("{libdir_rel}/{}", stubs::lib_file(st.id));
+            FunctionEntry {
+                id: st.id,
+                name: st.name.clone(),
+                stub: st.symbol.clone(),
+                source: st.source.clone(),
+                size: file_size(&root.join(&library)),
+                library,
+            }
+        })
+        .collect();
+    let (kept, globals) = parse_log(&log_text);
+    let manifest = Manifest {
+        format: FORMAT.into(),
+        abi: crate::ABI,
+        name: name.clone(),
+        kind: if opts.lib { "lib" } else { "exe" }.into(),
+        launcher: launcher_rel.clone(),
+        libdir: libdir_rel.clone(),
+        inputs: opts.inputs.iter().map(|p| p.display().to_string()).collect(),
+        clang_flags: opts.flags.clone(),
+        launcher_bytes: file_size(&launcher),
+        library_overhead_bytes: overhead,
+        original: Original {
+            path: orig_rel.clone(),
+            stripped_bytes: file_size(&root.join(&orig_rel)),
+            unstripped_bytes: file_size(&orig_unstripped),
+        },
+        functions,
+        kept,
+        globals,
+        exports: exports.len(),
+    };
+    manifest.write(&root)?;
+    let log = decision_log(&manifest, &log_text);
+
+    if opts.keep_temps {
+        eprintln!("bunkai scatter: intermediate files kept in {}/work", opts.out.display());
+    } else {
+        std::fs::remove_dir_all(&work)?;
+    }
+    let root = tmp.keep();
+    install(&root, &opts.out)?;
+    Ok(Summary { manifest, log })
+}
+
+/// Refuses to overwrite a directory that is not ours.
+fn prepare_out(out: &Path) -> Result<()> {
+    if out.exists() {
+        if !out.is_dir() {
+            bail!("{} exists and is not a directory (choose another -o)", out.display());
+        }
+        let empty = std::fs::read_dir(out)?.next().is_none();
+        if !empty && !out.join(MANIFEST).exists() {
+            bail!(
+                "{} exists and is not a scatter output (choose another -o or remove it)",
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Moves the finished directory to `out`, replacing an older scatter output.
+fn install(root: &Path, out: &Path) -> Result<()> {
+    if out.exists() {
+        let old = out.with_file_name(format!(
+            ".{}.bunkai-old-{}",
+            out.file_name().unwrap().to_string_lossy(),
+            std::process::id()
+        ));
+        std::fs::rename(out, &old)
+            .with_context(|| format!("cannot replace {}", out.display()))?;
+        if let Err(e) = std::fs::rename(root, out) {
+            let _ = std::fs::rename(&old, out);
+            let _ = std::fs::remove_dir_all(root);
+            return Err(e).with_context(|| format!("cannot create {}", out.display()));
+        }
+        std::fs::remove_dir_all(&old)?;
+    } else if let Err(e) = std::fs::rename(root, out) {
+        let _ = std::fs::remove_dir_all(root);
+        return Err(e).with_context(|| format!("cannot create {}", out.display()));
+    }
+    Ok(())
+}
+
+fn parse_log(text: &str) -> (Vec<Kept>, Globals) {
+    let mut kept = Vec::new();
+    let mut g = Globals::default();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        match f.as_slice() {
+            ["ids", "keep", name, why] => kept.push(Kept {
+                name: name.to_string(),
+                reason: why.to_string(),
+            }),
+            ["merge", "expose", old, new, why] => {
+                g.exposed.push((old.to_string(), new.to_string(), why.to_string()))
+            }
+            ["merge", name, st, off] => {
+                g.merged
+                    .push((name.to_string(), st.to_string(), off.parse().unwrap_or(0)))
+            }
+            ["split", "move", name, func] => g.moved.push((name.to_string(), func.to_string())),
+            _ => {}
+        }
+    }
+    (kept, g)
+}
+
+/// The deterministic `-v` log: which globals went where and why, how many
+/// functions were extracted, which stayed in the launcher and why.
+fn decision_log(m: &Manifest, raw: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    out.push(format!(
+        "extracted {} functions into {} libraries; {} stayed in the launcher",
+        m.functions.len(),
+        m.functions.len(),
+        m.kept.len()
+    ));
+    for k in &m.kept {
+        out.push(format!("keep {} in the launcher: {}", k.name, k.reason));
+    }
+    for line in raw.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        if let ["externalize", "rename", old, new] = f.as_slice() {
+            out.push(format!("rename {old} -> {new}: not public, a library may call it"));
+        }
+    }
+    for (name, st, off) in &m.globals.merged {
+        out.push(format!(
+            "global {name} -> launcher {st}+{off}: used by several functions or by the launcher"
+        ));
+    }
+    for (old, new, why) in &m.globals.exposed {
+        out.push(format!("global {old} -> launcher, exported as {new}: {why}"));
+    }
+    for (name, func) in &m.globals.moved {
+        out.push(format!("global {name} -> library of {func}: its only user"));
+    }
+    out.push(format!("launcher exports {} symbols to the libraries", m.exports));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_last_opt_level() {
+        let f = |v: &[&str]| opt_level(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(f(&["-O2", "-DX"]), "-O2");
+        assert_eq!(f(&["-O3", "-O1"]), "-O1");
+        assert_eq!(f(&[]), "-O0");
+        assert_eq!(f(&["-Os"]), "-O2");
+    }
+
+    #[test]
+    fn rejects_flags_scatter_owns() {
+        for f in ["-o", "-c", "-shared", "-flto=thin"] {
+            assert!(check_flags(&[f.to_string()]).is_err(), "{f}");
+        }
+        assert!(check_flags(&["-O2".into(), "-lm".into()]).is_ok());
+    }
+
+    #[test]
+    fn parses_the_pass_log() {
+        let (k, g) = parse_log(
+            "ids\tkeep\tf\tmarked used\nmerge\tx\t__bunkai_bss\t8\nsplit\tmove\t.str\tmain\n\
+             merge\texpose\tt\t__bunkai_g0\tthread-local\n",
+        );
+        assert_eq!(k[0].reason, "marked used");
+        assert_eq!(g.merged[0], ("x".into(), "__bunkai_bss".into(), 8));
+        assert_eq!(g.moved[0].1, "main");
+        assert_eq!(g.exposed[0].1, "__bunkai_g0");
+    }
+
+    #[test]
+    fn classifies_inputs_by_content() {
+        let d = tempfile::tempdir().unwrap();
+        let c = d.path().join("a.c");
+        std::fs::write(&c, "int main(void){return 0;}").unwrap();
+        assert_eq!(classify(&c).unwrap(), InputKind::C);
+        let bc = d.path().join("a.bc");
+        std::fs::write(&bc, "not bitcode").unwrap();
+        assert!(classify(&bc).unwrap_err().to_string().contains("not LLVM bitcode"));
+        let txt = d.path().join("a.txt");
+        std::fs::write(&txt, "hello").unwrap();
+        assert!(classify(&txt).is_err());
+    }
+}

@@ -1,0 +1,48 @@
+//! bunkai scatter: split a C program into a small launcher plus one lazily
+//! dlopen()ed shared library per function (Kawai & Sasada, seed 000, §2–4).
+//!
+//! The pipeline (driver.rs):
+//!   1. compile each C input to bitcode (clang-14) and tag it with its source,
+//!   2. link all bitcode into one module (llvm-link-14),
+//!   3. run the scatter passes (opt-14 + BunkaiScatter.so): assign ids,
+//!      externalize, merge shared statics, split,
+//!   4. generate the stubs (stubs.rs) and link the launcher with the runtime,
+//!   5. lower every per-function module to a shared library (lower.rs),
+//!   6. build the original from the same inputs and flags, for comparison,
+//!   7. write manifest.json and move the finished directory into place.
+
+pub mod driver;
+pub mod lower;
+pub mod manifest;
+pub mod stats;
+pub mod stubs;
+pub mod toolchain;
+pub mod util;
+
+/// BUNKAI_SCATTER_ABI in scatter/include/bunkai_scatter.h.
+pub const ABI: u32 = 1;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn abi_matches_the_shared_header() {
+        let h = include_str!("../include/bunkai_scatter.h");
+        let line = h
+            .lines()
+            .find(|l| l.starts_with("#define BUNKAI_SCATTER_ABI"))
+            .expect("header defines BUNKAI_SCATTER_ABI");
+        let v: u32 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert_eq!(v, super::ABI, "bump scatter/src/lib.rs ABI with the header");
+        for (name, want) in [
+            ("BUNKAI_BODY_PREFIX", crate::stubs::BODY_PREFIX),
+            ("BUNKAI_LIB_PREFIX", crate::stubs::LIB_PREFIX),
+            ("BUNKAI_NAMES_FILE", crate::stubs::NAMES_FILE),
+        ] {
+            let l = h
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} in header"));
+            assert!(l.ends_with(&format!("\"{want}\"")), "{name}: {l}");
+        }
+    }
+}
