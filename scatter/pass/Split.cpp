@@ -15,7 +15,10 @@
 //
 // Outputs in -bunkai-split-dir: f<hex>.bc per function, stubs.tsv
 // ("<hex id>\t<stub symbol>\t<original name>\t<source>") and exports.txt (the
-// launcher symbols some library refers to, for the launcher's dynamic list).
+// launcher symbols some library refers to, for the launcher's dynamic list)
+// and imports.txt (symbols the libraries take from elsewhere: a shared-library
+// launcher must still ask for them, or the program that links it will not
+// export them).
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 #include "Passes.h"
@@ -121,6 +124,10 @@ public:
     check(EC, "exports.txt");
     for (const std::string &S : Exports)
       Exp << S << "\n";
+    raw_fd_ostream Imp(SplitDir + "/imports.txt", EC);
+    check(EC, "imports.txt");
+    for (const auto &KV : Imports)
+      Imp << KV.first << "\t" << KV.second << "\n";
   }
 
 private:
@@ -164,8 +171,14 @@ private:
     // resolve on their own.
     bool DefinedHere = !G.isDeclaration() || (isa<Function>(G) &&
                                               hasId(cast<Function>(G)));
-    if (DefinedHere && !G.getName().startswith("llvm."))
+    if (G.getName().startswith("llvm."))
+      return;
+    if (DefinedHere)
       Exports.insert(G.getName().str());
+    else
+      Imports[G.getName().str()] = G.isThreadLocal()          ? 't'
+                                   : isa<Function>(G) ? 'f'
+                                                            : 'd';
   }
 
   void extract(Function &F) {
@@ -289,6 +302,8 @@ private:
   Owners O;
   std::map<const Function *, std::vector<GlobalVariable *>> Moves;
   std::set<std::string> Exports;
+  // Symbols the libraries need from outside the launcher: "<name>\t<f|d|t>".
+  std::map<std::string, char> Imports;
 };
 
 } // namespace

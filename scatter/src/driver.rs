@@ -210,6 +210,11 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
         .lines()
         .map(String::from)
         .collect();
+    let imports: Vec<(String, char)> = std::fs::read_to_string(split.join("imports.txt"))?
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(n, k)| (n.to_string(), k.chars().next().unwrap_or('d')))
+        .collect();
     let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
 
     // 4. The launcher.
@@ -222,7 +227,7 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     std::fs::create_dir_all(launcher.parent().unwrap())?;
     let stubs_s = work.join("stubs.S");
     let libdir_from_launcher = if opts.lib { name.clone() } else { format!("../lib/{name}") };
-    std::fs::write(&stubs_s, stubs::generate(&stubs, &libdir_from_launcher, opts.lib))?;
+    std::fs::write(&stubs_s, stubs::generate(&stubs, &libdir_from_launcher, opts.lib, &imports))?;
     let launcher_o = work.join("launcher.o");
     run(
         Command::new(&tc.clang)

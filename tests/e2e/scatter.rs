@@ -1,1 +1,296 @@
+//! End-to-end tests of `bunkai scatter` and `bunkai stats`: the real CLI on
+//! real programs, compared with the same program built normally.
 
+use bunkai_e2e::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn features_srcs() -> Vec<PathBuf> {
+    vec![program("features/features.c"), program("features/other.c")]
+}
+
+fn scatter(out: &Path, inputs: &[PathBuf], extra: &[&str], flags: &[&str]) -> std::process::Output {
+    let mut args: Vec<String> = vec!["scatter".into(), "-o".into(), out.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(inputs.iter().map(|p| p.display().to_string()));
+    args.push("--".into());
+    args.extend(flags.iter().map(|s| s.to_string()));
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    bunkai_ok(&a)
+}
+
+/// Runs the original and the scattered program with the same arguments and
+/// checks stdout, stderr, exit status and the file it writes.
+fn same_behaviour(orig: &Path, scattered: &Path, dir: &Path) {
+    let f1 = dir.join("orig.txt");
+    let f2 = dir.join("scat.txt");
+    let a = behaviour(run_with_stdin(Command::new(orig).arg(&f1), None));
+    let b = behaviour(run_with_stdin(Command::new(scattered).arg(&f2), None));
+    assert_eq!(a, b, "scattered program behaves differently");
+    assert_eq!(std::fs::read(&f1).unwrap(), std::fs::read(&f2).unwrap());
+    assert!(a.stdout.contains("threads: total"), "the program ran to the end");
+}
+
+#[test]
+fn features_program_behaves_like_the_original_at_each_opt_level() {
+    for opt in ["-O0", "-O2"] {
+        let d = tempfile::tempdir().unwrap();
+        let orig = d.path().join("orig");
+        clang_build(&features_srcs(), &[opt, "-lm", "-lpthread"], &orig);
+        let out = d.path().join("out");
+        scatter(&out, &features_srcs(), &[], &[opt, "-lm", "-lpthread"]);
+        same_behaviour(&orig, &out.join("bin/features"), d.path());
+        // Every function went to a library; none stayed behind.
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap())
+                .unwrap();
+        let n = m["functions"].as_array().unwrap().len();
+        assert!(n >= 15, "{opt}: only {n} functions extracted");
+        for f in m["functions"].as_array().unwrap() {
+            assert!(out.join(f["library"].as_str().unwrap()).exists());
+        }
+    }
+}
+
+#[test]
+fn features_program_scattered_as_a_shared_library() {
+    // features.c as a library: other.c + a main that calls into it.
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    scatter(
+        &out,
+        &[program("features/features.c")],
+        &["--lib", "--name", "feat"],
+        &["-O1", "-Dmain=features_main", "-lm", "-lpthread"],
+    );
+    let lib = out.join("lib/libfeat.so");
+    assert!(lib.exists());
+    let host = d.path().join("host.c");
+    std::fs::write(
+        &host,
+        "int features_main(int, char **);\nint main(int c, char **v) { return features_main(c, v); }\n",
+    )
+    .unwrap();
+    let scattered = d.path().join("host-scattered");
+    let libdir = out.join("lib");
+    let srcs = vec![host.clone(), program("features/other.c")];
+    clang_build(
+        &srcs,
+        &[
+            "-O1",
+            &format!("-L{}", libdir.display()),
+            "-lfeat",
+            &format!("-Wl,-rpath,{}", libdir.display()),
+            "-lm",
+            "-lpthread",
+        ],
+        &scattered,
+    );
+    let orig = d.path().join("orig");
+    let orig_srcs = vec![program("features/features.c"), program("features/other.c")];
+    clang_build(&orig_srcs, &["-O1", "-lm", "-lpthread"], &orig);
+    same_behaviour(&orig, &scattered, d.path());
+}
+
+#[test]
+fn verbose_log_is_deterministic_and_explains_decisions() {
+    let d = tempfile::tempdir().unwrap();
+    let logs: Vec<String> = (0..2)
+        .map(|i| {
+            let out = d.path().join(format!("out{i}"));
+            let o = scatter(&out, &features_srcs(), &["-v"], &["-O0", "-lm", "-lpthread"]);
+            let s = String::from_utf8_lossy(&o.stderr).into_owned();
+            s.lines().filter(|l| l.starts_with("scatter: ")).collect::<Vec<_>>().join("\n")
+        })
+        .collect();
+    assert_eq!(logs[0], logs[1], "the -v log differs between two runs");
+    let log = &logs[0];
+    assert!(log.contains("scatter: extracted "), "{log}");
+    assert!(log.contains("stayed in the launcher"), "{log}");
+    // names[] is used by name_of only: it moves with it.
+    assert!(log.contains("global names -> library of name_of: its only user"), "{log}");
+    // shared_state is used by two functions: merged into the launcher.
+    assert!(log.contains("global shared_state -> launcher __bunkai_"), "{log}");
+    // thread-locals cannot be merged into a struct: exported as themselves.
+    assert!(log.contains("global tls_counter -> launcher, exported as __bunkai_g"), "{log}");
+    assert!(log.contains("rename cube -> __bunkai_s"), "{log}");
+}
+
+#[test]
+fn stats_reports_sizes_from_the_files() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    scatter(&out, &features_srcs(), &[], &["-O2", "-lm", "-lpthread"]);
+    let o = bunkai_ok(&["stats", out.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let launcher = std::fs::metadata(out.join("bin/features")).unwrap().len();
+    assert_eq!(v["launcher_bytes"].as_u64().unwrap(), launcher);
+    let libs = m["functions"].as_array().unwrap();
+    assert_eq!(v["libraries"].as_u64().unwrap() as usize, libs.len());
+    let total: u64 = libs
+        .iter()
+        .map(|f| std::fs::metadata(out.join(f["library"].as_str().unwrap())).unwrap().len())
+        .sum();
+    assert_eq!(v["library_bytes"].as_u64().unwrap(), total);
+    let orig = std::fs::metadata(out.join("original/features")).unwrap().len();
+    assert_eq!(v["original_bytes"].as_u64().unwrap(), orig);
+    let text = bunkai_ok(&["stats", out.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("of the original"));
+}
+
+#[test]
+fn demo1_and_demo2_behave_like_the_originals() {
+    let d = tempfile::tempdir().unwrap();
+    // demo1 at the paper's size (65,535 functions), unoptimised like the paper.
+    let demo1 = d.path().join("demo1.c");
+    let st = Command::new("python3")
+        .arg(program("demo/gen-demo1.py"))
+        .arg(&demo1)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out1 = d.path().join("out1");
+    scatter(&out1, &[demo1.clone()], &[], &["-O0"]);
+    let orig1 = out1.join("original/demo1");
+    let a = behaviour(run_with_stdin(&mut Command::new(&orig1), None));
+    let b = behaviour(run_with_stdin(&mut Command::new(out1.join("bin/demo1")), None));
+    assert_eq!(a, b);
+    assert!(a.stdout.starts_with("demo1 "));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out1.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["functions"].as_array().unwrap().len(), 65536, "65,535 functions + main");
+
+    let out2 = d.path().join("out2");
+    scatter(&out2, &[program("demo/demo2.c")], &[], &["-O0"]);
+    let orig2 = d.path().join("demo2");
+    clang_build(&[program("demo/demo2.c")], &["-O0"], &orig2);
+    let a = behaviour(run_with_stdin(Command::new(&orig2).arg("300"), None));
+    let b = behaviour(run_with_stdin(Command::new(out2.join("bin/demo2")).arg("300"), None));
+    assert_eq!(a, b);
+    assert_eq!(a.stdout, "demo2 300 10000\n");
+}
+
+#[test]
+fn sqlite_shell_gives_identical_output_on_a_substantial_script() {
+    let sq = sqlite_dir();
+    let flags = sqlite_flags();
+    let f: Vec<&str> = flags.iter().map(|s| s.as_str()).collect();
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    scatter(
+        &out,
+        &[sq.join("shell.c"), sq.join("sqlite3.c")],
+        &["--name", "sqlite3"],
+        &[&f[..], &[&format!("-I{}", sq.display())]].concat(),
+    );
+    let orig = out.join("original/sqlite3");
+    let scattered = out.join("bin/sqlite3");
+    let script = program("sqlite/full.sql");
+    let a = behaviour(run_with_stdin(Command::new(&orig).arg(":memory:"), Some(&script)));
+    let b = behaviour(run_with_stdin(Command::new(&scattered).arg(":memory:"), Some(&script)));
+    assert_eq!(a.code, b.code);
+    assert_eq!(a.stderr, b.stderr, "error messages differ");
+    assert_eq!(a.stdout, b.stdout, "query output differs");
+    assert!(a.stdout.lines().count() > 200, "the script produced little output");
+    assert!(!a.stderr.is_empty(), "the script's failing statements reported nothing");
+
+    // The paper's SQLite3-query workload on a database file.
+    let q = program("sqlite/workload-query.sql");
+    let db1 = d.path().join("a.db");
+    let db2 = d.path().join("b.db");
+    let a = behaviour(run_with_stdin(Command::new(&orig).arg(&db1), Some(&q)));
+    let b = behaviour(run_with_stdin(Command::new(&scattered).arg(&db2), Some(&q)));
+    assert_eq!(a, b);
+    assert_eq!(std::fs::read(&db1).unwrap(), std::fs::read(&db2).unwrap(), "database files differ");
+
+    // The launcher is small: the paper's target for SQLite is <= 20%.
+    let o = bunkai_ok(&["stats", out.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ratio = v["launcher_ratio"].as_f64().unwrap();
+    assert!(ratio <= 20.0, "SQLite launcher is {ratio:.1}% of the original");
+}
+
+#[test]
+fn missing_library_is_one_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    scatter(&out, &features_srcs(), &[], &["-O0", "-lm", "-lpthread"]);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let fib = m["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "fib")
+        .unwrap();
+    let lib = out.join(fib["library"].as_str().unwrap());
+    std::fs::remove_file(&lib).unwrap();
+    let o = run_with_stdin(&mut Command::new(out.join("bin/features")), None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(127), "stderr: {err}");
+    let line = err.lines().find(|l| l.starts_with("bunkai:")).expect(&err);
+    assert!(line.contains("function fib"), "{line}");
+    assert!(line.contains(lib.file_name().unwrap().to_str().unwrap()), "{line}");
+}
+
+#[test]
+fn bad_inputs_fail_cleanly_and_leave_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let o = out.to_str().unwrap();
+
+    let txt = d.path().join("notes.txt");
+    std::fs::write(&txt, "hello").unwrap();
+    let (code, err) = bunkai_fails(&["scatter", "-o", o, txt.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.starts_with("bunkai scatter: "), "{err}");
+    assert!(err.contains("not C source or LLVM bitcode"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    let fake = d.path().join("fake.bc");
+    std::fs::write(&fake, "int x;").unwrap();
+    let (_, err) = bunkai_fails(&["scatter", "-o", o, fake.to_str().unwrap()]);
+    assert!(err.contains("not LLVM bitcode"), "{err}");
+
+    let broken = d.path().join("broken.c");
+    std::fs::write(&broken, "int main(void) { return nope; }\n").unwrap();
+    let (_, err) = bunkai_fails(&["scatter", "-o", o, broken.to_str().unwrap()]);
+    let last = err.trim_end().lines().last().unwrap();
+    assert!(last.starts_with("bunkai scatter: "), "{err}");
+    assert!(last.contains("does not compile"), "{last}");
+
+    let (_, err) = bunkai_fails(&["scatter", "--bogus", "-o", o, broken.to_str().unwrap()]);
+    assert!(err.starts_with("bunkai scatter: "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    // Nothing half-written: no output directory, no temporary left over.
+    assert!(!out.exists());
+    let left: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("bunkai"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    // A directory that is not a scatter output is never overwritten.
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("precious"), "x").unwrap();
+    let (_, err) = bunkai_fails(&["scatter", "-o", o, program("demo/demo2.c").to_str().unwrap()]);
+    assert!(err.contains("not a scatter output"), "{err}");
+    assert!(out.join("precious").exists());
+}
+
+#[test]
+fn cli_basics() {
+    let v = bunkai_ok(&["--version"]);
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("bunkai "));
+    let h = bunkai_ok(&["help", "scatter"]);
+    let h = String::from_utf8_lossy(&h.stdout);
+    assert!(h.contains("--lib") && h.contains("CLANG_FLAGS"), "{h}");
+    let (_, err) = bunkai_fails(&["stats", "/nonexistent-dir"]);
+    assert!(err.starts_with("bunkai stats: ") && err.contains("manifest.json"), "{err}");
+    let (_, err) = bunkai_fails(&["trace"]);
+    assert!(err.contains("not built yet"), "{err}");
+}

@@ -1,0 +1,53 @@
+# bunkai: top-level build.
+#   make        build everything into build/ (CLI: build/bin/bunkai,
+#               plugins/runtimes/helpers: build/lib/bunkai/)
+#   make demo   install dependencies, build, run the main job
+#   make test   build and run the whole test suite
+#   make bench  run the benchmarks; results go to bench/results/
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+BUILD   := $(CURDIR)/build
+CARGO   ?= cargo
+JOBS    ?= $(shell nproc)
+
+.PHONY: all native cli deps demo test unit e2e bench clean fetch-sqlite
+
+all: native cli
+
+native:
+	@mkdir -p $(BUILD) && cmake -S . -B $(BUILD)/cmake -G Ninja -DCMAKE_C_COMPILER=clang-14 \
+	  -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_ASM_COMPILER=clang-14 \
+	  -DBUNKAI_OUT=$(BUILD) >$(BUILD)/cmake.log 2>&1 || { cat $(BUILD)/cmake.log; exit 1; }
+	@ninja -C $(BUILD)/cmake
+
+cli:
+	@$(CARGO) build --release --workspace --bins
+	@mkdir -p $(BUILD)/bin
+	@install -m 755 target/release/bunkai $(BUILD)/bin/bunkai
+
+deps:
+	@bash scripts/install-deps.sh
+
+fetch-sqlite:
+	@bash scripts/fetch-sqlite.sh $(BUILD)/third_party/sqlite
+
+# The main job: scatter SQLite (shell and library), demo1 and demo2, show
+# the paper's Tables 3-5 beside ours.
+demo: deps all
+	@bash bench/scatter/run.sh --quick
+
+unit: all
+	@$(CARGO) test --release --workspace --exclude bunkai-e2e
+
+e2e: all fetch-sqlite
+	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release -p bunkai-e2e -- --test-threads=2
+
+test: all fetch-sqlite
+	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release --workspace -- --test-threads=2
+
+bench: all fetch-sqlite
+	@bash bench/scatter/run.sh
+
+clean:
+	rm -rf $(BUILD) target

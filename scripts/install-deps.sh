@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs everything bunkai needs on Debian bookworm, with apt only.
+# Idempotent: safe to rerun; it installs only what is missing and enables
+# deb-src (for `apt-get source`) only once.
+set -euo pipefail
+
+if [ "$(id -u)" != 0 ]; then
+  echo "install-deps: run as root (apt-get needs it)" >&2
+  exit 1
+fi
+
+PKGS=(
+  clang-14 lld-14 llvm-14 llvm-14-dev liblld-14-dev  # scatter: passes, codegen, in-process lld
+  libzstd-dev libcurl4-openssl-dev zlib1g-dev        # scatter's network runtime; lld needs zlib
+  valgrind                                           # trace: the Valgrind tool API
+  iproute2                                           # network namespaces for share/scatter benches
+  cmake ninja-build make pkg-config                  # build of the C/C++ parts
+  dpkg-dev tcl                                       # apt-get source; SQLite's amalgamation needs tclsh
+  ca-certificates curl python3
+)
+
+# deb-src lines, so `apt-get source sqlite3` works.
+SRC=/etc/apt/sources.list.d/bunkai-deb-src.sources
+added_src=0
+if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  cat > "$SRC" <<'SRCEOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRCEOF
+  added_src=1
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+stamp=/var/lib/apt/periodic/bunkai-update-stamp
+if [ "${#missing[@]}" -gt 0 ] || [ "$added_src" = 1 ] || [ ! -e "$stamp" ]; then
+  apt-get update -qq
+  mkdir -p "$(dirname "$stamp")" && touch "$stamp"
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Rust: the machines ship rustup's toolchain; Debian's cargo (1.63) is too old
+# for current clap, so only fall back to it with a warning.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "install-deps: no cargo found; installing Debian's (may be too old: rustup's stable is recommended)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo rustc
+fi
+echo "install-deps: ok"
