@@ -57,7 +57,7 @@ fi
 START=$(date +%s)
 rm -f "$DEST/vim.tmp.bc" "$DEST/vim.tmp" "$DEST/VERSION"
 : >"$LOG"
-log() { echo "fetch-vim: $*"; echo "== $*" >>"$LOG"; }
+log() { local t="[+$(($(date +%s) - START))s]"; echo "fetch-vim: $t $*"; echo "== $t $*" >>"$LOG"; }
 fail() {
   echo "fetch-vim: FAILED: $*" >&2
   echo "---- last 40 lines of $LOG ----" >&2

@@ -42,7 +42,9 @@ extern const int __bunkai_is_lib;
 void __bunkai_resolve(void);
 void *__bunkai_lookup(uint32_t id);
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Recursive: a library's loading may run code that calls another stub (for
+ * instance constructors run again by dlopen during exit). */
+static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static char dir[PATH_MAX]; /* absolute library directory, with a '/' */
 static size_t dir_len;
 
@@ -171,6 +173,14 @@ static void find_dir(void) {
     if (!dladdr((void *)&__bunkai_lookup, &info) || !info.dli_fname ||
         !realpath(info.dli_fname, self))
       fail(0, "(launcher library)", "cannot find where the launcher is");
+    /* The libraries resolve the launcher's symbols in the global scope. A
+     * program that dlopen()ed the launcher RTLD_LOCAL kept it out of there:
+     * promote it (it is already loaded, so this only changes its scope).
+     * The libraries do not list the launcher as DT_NEEDED on purpose: a
+     * library loaded during exit would make glibc run the launcher's
+     * constructors a second time. */
+    if (!dlopen(self, RTLD_LAZY | RTLD_NOLOAD | RTLD_GLOBAL))
+      fail(0, self, dlerror());
   } else {
     long n = raw3(SYS_readlink, (long)"/proc/self/exe", (long)self,
                   sizeof self - 1);
@@ -221,8 +231,10 @@ void *__bunkai_lookup(uint32_t id) {
 }
 
 static void __bunkai_init(void) {
+  /* Only empty slots: never forget a function that is already loaded. */
   for (uint32_t i = 0; i < __bunkai_nfuncs; i++)
-    __bunkai_got[i] = (void *)&__bunkai_resolve;
+    if (!__bunkai_got[i])
+      __bunkai_got[i] = (void *)&__bunkai_resolve;
 }
 
 /* Priority 0: before every constructor of the program, which may call stubs. */

@@ -189,6 +189,24 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
         )?;
     }
 
+    // Bitcode inputs are usually LTO pre-link IR: the original built from
+    // them gets a whole-program optimisation at link time, so the scattered
+    // program gets the same pipeline before it is split. C inputs were
+    // optimised per translation unit above, exactly like the original.
+    let level = opt_level(&opts.flags);
+    if kinds.iter().any(|k| *k != InputKind::C) && level != "-O0" {
+        let optimized = work.join("whole.opt.bc");
+        run(
+            Command::new(&tc.opt)
+                .arg(format!("-passes=default<O{}>", &level[2..]))
+                .arg(&whole)
+                .arg("-o")
+                .arg(&optimized),
+            "optimising the whole program",
+        )?;
+        std::fs::rename(&optimized, &whole)?;
+    }
+
     // 3. The passes.
     let launcher_bc = work.join("launcher.bc");
     let log_path = work.join("decisions.log");
@@ -268,13 +286,7 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
             .iter()
             .map(|s| s.to_string()),
     );
-    if opts.lib {
-        // Libraries need the launcher library in their own scope: the program
-        // may have dlopen()ed it RTLD_LOCAL.
-        lib_link.push(launcher.display().to_string());
-    }
     let template = lower::link_template(&tc, &work, &lib_link)?;
-    let level = opt_level(&opts.flags);
     let mut jobs = Vec::with_capacity(stubs.len() + 1);
     for st in &stubs {
         jobs.push(Job {

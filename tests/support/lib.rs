@@ -2,7 +2,9 @@
 //! programs are, and how to run a program and capture everything it does.
 
 use std::path::{Path, PathBuf};
+use std::io::Read;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -42,14 +44,51 @@ pub fn behaviour(out: Output) -> Behaviour {
     }
 }
 
-/// Runs `cmd` with `stdin` as its standard input.
+/// How long any program under test may run before the test fails: a hang
+/// is a failure, never a stuck CI job.
+pub const DEADLINE: Duration = Duration::from_secs(300);
+
+/// Runs `cmd` with `stdin` as its standard input; kills it and panics if it
+/// is still running after DEADLINE.
 pub fn run_with_stdin(cmd: &mut Command, stdin: Option<&Path>) -> Output {
     match stdin {
         Some(p) => cmd.stdin(std::fs::File::open(p).expect("stdin file")),
         None => cmd.stdin(Stdio::null()),
     };
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()))
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{:?} still running after {DEADLINE:?}: killed", cmd.get_program());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
 }
 
 /// Runs bunkai with `args`; panics with its stderr unless it succeeds.
