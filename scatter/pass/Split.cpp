@@ -28,6 +28,7 @@
 #include "llvm/IR/DebugInfoMetadata.h"
 #include "llvm/IR/InstIterator.h"
 #include "llvm/IR/Instructions.h"
+#include "llvm/IR/Metadata.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Verifier.h"
 #include "llvm/Transforms/Utils/Cloning.h"
@@ -61,12 +62,41 @@ void collectGlobals(const Value *V, SmallPtrSetImpl<const GlobalValue *> &Out,
     collectGlobals(Op.get(), Out, Seen);
 }
 
+// Metadata may name globals too (!callees lists a call's possible targets,
+// llvm.dbg.value may describe a global): a clone must not point back into
+// the original module, or the bitcode writer crashes.
+void collectFromMD(const Metadata *MD, SmallPtrSetImpl<const GlobalValue *> &Out,
+                   SmallPtrSetImpl<const Constant *> &Seen,
+                   SmallPtrSetImpl<const Metadata *> &SeenMD) {
+  if (!MD || !SeenMD.insert(MD).second)
+    return;
+  if (const auto *VAM = dyn_cast<ValueAsMetadata>(MD)) {
+    collectGlobals(VAM->getValue(), Out, Seen);
+    return;
+  }
+  if (const auto *N = dyn_cast<MDNode>(MD))
+    for (const MDOperand &Op : N->operands())
+      collectFromMD(Op.get(), Out, Seen, SeenMD);
+}
+
 void collectFromFunction(const Function &F,
                          SmallPtrSetImpl<const GlobalValue *> &Out) {
   SmallPtrSet<const Constant *, 32> Seen;
-  for (const Instruction &I : instructions(F))
-    for (const Use &Op : I.operands())
-      collectGlobals(Op.get(), Out, Seen);
+  SmallPtrSet<const Metadata *, 32> SeenMD;
+  SmallVector<std::pair<unsigned, MDNode *>, 4> MDs;
+  for (const Instruction &I : instructions(F)) {
+    for (const Use &Op : I.operands()) {
+      if (const auto *MAV = dyn_cast<MetadataAsValue>(Op.get()))
+        collectFromMD(MAV->getMetadata(), Out, Seen, SeenMD);
+      else
+        collectGlobals(Op.get(), Out, Seen);
+    }
+    MDs.clear();
+    I.getAllMetadata(MDs);
+    for (const auto &KV : MDs)
+      if (KV.first != LLVMContext::MD_dbg)
+        collectFromMD(KV.second, Out, Seen, SeenMD);
+  }
   if (F.hasPersonalityFn())
     collectGlobals(F.getPersonalityFn(), Out, Seen);
 }
