@@ -4,6 +4,7 @@
 #include "llvm/IR/GlobalAlias.h"
 #include "llvm/IR/GlobalIFunc.h"
 
+#include <functional>
 #include <memory>
 
 using namespace llvm;
@@ -101,6 +102,34 @@ Owners::Owners(const Module &M) : Used(usedSet(M)) {
     for (const GlobalVariable *H : Holders)
       UsersOf[I].push_back(Index[H]);
   }
+
+  // Relative references (sub(ptrtoint G, ptrtoint H): -O2's relative lookup
+  // tables) need G and H in the same object, since a PC-relative relocation
+  // cannot name a symbol of another one: tie them both ways, so they land
+  // in one component and move or stay together.
+  std::function<void(const Constant *, unsigned, bool,
+                     SmallPtrSetImpl<const Constant *> &)>
+      Rel = [&](const Constant *C, unsigned H, bool InSub,
+                SmallPtrSetImpl<const Constant *> &Seen) {
+        if (const auto *G = dyn_cast<GlobalVariable>(C)) {
+          auto It = Index.find(G);
+          if (InSub && It != Index.end() && It->second != H)
+            UsersOf[H].push_back(It->second);
+          return;
+        }
+        if (isa<GlobalValue>(C) || !Seen.insert(C).second)
+          return;
+        const auto *CE = dyn_cast<ConstantExpr>(C);
+        bool Sub = InSub || (CE && CE->getOpcode() == Instruction::Sub);
+        for (const Use &Op : C->operands())
+          if (const auto *OC = dyn_cast<Constant>(Op.get()))
+            Rel(OC, H, Sub, Seen);
+      };
+  for (size_t I = 0; I < N; ++I)
+    if (Vars[I]->hasInitializer()) {
+      SmallPtrSet<const Constant *, 16> Seen;
+      Rel(Vars[I]->getInitializer(), I, false, Seen);
+    }
 
   // Tarjan over edges G -> H (G is used by H), iteratively. It emits a
   // component only after every component it reaches, i.e. users first when

@@ -67,7 +67,11 @@ void mergeBucket(Module &M, Bucket &B) {
   auto *S = new GlobalVariable(M, STy, B.Constant, GlobalValue::ExternalLinkage,
                                nullptr, B.Name);
   S->setAlignment(MaxAlign);
-  S->setVisibility(GlobalValue::DefaultVisibility);
+  // Protected: exported to the libraries, yet not preemptible, so the
+  // launcher's own PC-relative references to it stay valid in a
+  // shared-library launcher too.
+  S->setVisibility(GlobalValue::ProtectedVisibility);
+  S->setDSOLocal(true);
 
   Type *I32 = Type::getInt32Ty(Ctx);
   for (size_t I = 0; I < B.Vars.size(); ++I) {
