@@ -97,27 +97,9 @@ if [[ -z "$DSC" ]]; then
   log "downloading Debian source package vim"
   cd "$SRCROOT"
   if ! apt-get source --download-only vim >>"$LOG" 2>&1; then
-    # No deb-src entries (or their index was never fetched). Add the same
-    # file scripts/install-deps.sh writes, unless some deb-src entry exists.
-    SRCFILE=/etc/apt/sources.list.d/bunkai-deb-src.sources
-    if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      log "enabling deb-src ($SRCFILE)"
-      tmp="$(mktemp)"
-      cat >"$tmp" <<'EOF'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb-src
-URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-      run "${SUDO[@]}" install -m 0644 "$tmp" "$SRCFILE"
-      rm -f "$tmp"
+    # No deb-src entries (or their index was never fetched).
+    if [ "$("${SUDO[@]}" bash "$ROOT/scripts/enable-deb-src.sh")" = added ]; then
+      log "enabled deb-src (/etc/apt/sources.list.d/bunkai-deb-src.sources)"
     fi
     APT_UPDATED=0
     apt_update

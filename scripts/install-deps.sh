@@ -20,24 +20,8 @@ PKGS=(
 )
 
 # deb-src lines, so `apt-get source sqlite3` works.
-SRC=/etc/apt/sources.list.d/bunkai-deb-src.sources
 added_src=0
-if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  cat > "$SRC" <<'SRCEOF'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb-src
-URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRCEOF
-  added_src=1
-fi
+[ "$(bash "$(dirname "$0")/enable-deb-src.sh")" = added ] && added_src=1
 
 missing=()
 for p in "${PKGS[@]}"; do

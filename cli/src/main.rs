@@ -4,11 +4,8 @@
 //! library crate. Errors print as one line, `bunkai <subcommand>: <what>
 //! (<fix>)`, and exit non-zero.
 
-mod flow;
-mod modcmd;
+mod planned;
 mod scatter;
-mod share;
-mod trace;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,13 +32,13 @@ enum Cmd {
     /// Sizes of a scatter output beside the original (the paper's Tables 3 and 4)
     Stats(scatter::StatsArgs),
     /// Trace instructions, memory references and syscalls (planned)
-    Trace(trace::Args),
+    Trace(planned::Args),
     /// Run one multithreaded process across several hosts (planned)
-    Share(share::Args),
+    Share(planned::Args),
     /// Follow data through threads and processes with aspects (planned)
-    Flow(flow::Args),
+    Flow(planned::Args),
     /// Load code modules into a running host (planned)
-    Mod(modcmd::Args),
+    Mod(planned::Args),
 }
 
 impl Cmd {
@@ -101,10 +98,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Scatter(a) => scatter::run(a),
         Cmd::Stats(a) => scatter::stats(a),
-        Cmd::Trace(a) => trace::run(a),
-        Cmd::Share(a) => share::run(a),
-        Cmd::Flow(a) => flow::run(a),
-        Cmd::Mod(a) => modcmd::run(a),
+        Cmd::Trace(a) | Cmd::Share(a) | Cmd::Flow(a) | Cmd::Mod(a) => planned::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,5 @@
-//! `bunkai share`: planned (see README.md); not built yet.
+//! Subcommands that are planned but not built yet (trace, share, flow, mod).
+//! Each gets its own module here when its issue is done.
 
 use std::process::ExitCode;
 
