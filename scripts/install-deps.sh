@@ -12,6 +12,8 @@ fi
 PKGS=(
   clang-14 lld-14 llvm-14 llvm-14-dev liblld-14-dev  # scatter: passes, codegen, in-process lld
   libzstd-dev libcurl4-openssl-dev zlib1g-dev        # scatter's network runtime; lld needs zlib
+  libssl-dev                                         # SHA-256 of downloaded groups (libcrypto)
+  sshfs openssh-server openssh-client                # Table 8 mode (b): the original over SSHFS
   valgrind                                           # trace: the Valgrind tool API
   iproute2                                           # network namespaces for share/scatter benches
   cmake ninja-build make pkg-config                  # build of the C/C++ parts

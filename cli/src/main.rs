@@ -31,6 +31,14 @@ enum Cmd {
     Scatter(scatter::ScatterArgs),
     /// Sizes of a scatter output beside the original (the paper's Tables 3 and 4)
     Stats(scatter::StatsArgs),
+    /// Record the order in which a scattered program first calls its functions
+    Profile(scatter::ProfileArgs),
+    /// Link the functions of a scatter output into groups, in profile order (§5)
+    Group(scatter::GroupArgs),
+    /// Serve a grouped scatter output over HTTP
+    Serve(scatter::ServeArgs),
+    /// Run a scattered program from a URL, fetching its groups as it runs (§6)
+    Run(scatter::RunArgs),
     /// Trace instructions, memory references and syscalls (planned)
     Trace(planned::Args),
     /// Run one multithreaded process across several hosts (planned)
@@ -46,6 +54,10 @@ impl Cmd {
         match self {
             Cmd::Scatter(_) => "scatter",
             Cmd::Stats(_) => "stats",
+            Cmd::Profile(_) => "profile",
+            Cmd::Group(_) => "group",
+            Cmd::Serve(_) => "serve",
+            Cmd::Run(_) => "run",
             Cmd::Trace(_) => "trace",
             Cmd::Share(_) => "share",
             Cmd::Flow(_) => "flow",
@@ -80,7 +92,9 @@ fn usage_error(e: clap::Error) -> ExitCode {
         .unwrap_or("bad arguments")
         .trim_start_matches("error: ")
         .to_string();
-    let known = ["scatter", "stats", "trace", "share", "flow", "mod"];
+    let known = [
+        "scatter", "stats", "profile", "group", "serve", "run", "trace", "share", "flow", "mod",
+    ];
     if known.contains(&sub.as_str()) {
         eprintln!("bunkai {sub}: {first} (see 'bunkai help {sub}')");
     } else {
@@ -98,6 +112,10 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Scatter(a) => scatter::run(a),
         Cmd::Stats(a) => scatter::stats(a),
+        Cmd::Profile(a) => scatter::profile(a),
+        Cmd::Group(a) => scatter::group(a),
+        Cmd::Serve(a) => scatter::serve(a),
+        Cmd::Run(a) => scatter::run_remote(a),
         Cmd::Trace(a) | Cmd::Share(a) | Cmd::Flow(a) | Cmd::Mod(a) => planned::run(a),
     };
     match result {

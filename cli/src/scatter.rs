@@ -107,3 +107,191 @@ pub fn stats(a: StatsArgs) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  bunkai profile out -- -init /dev/null db.sqlite < workload.sql
+  bunkai profile out --append -- other args     # merge a second run")]
+pub struct ProfileArgs {
+    /// A scatter output directory
+    #[arg(value_name = "OUT")]
+    pub out: PathBuf,
+    /// Merge this run into an existing profile instead of replacing it
+    #[arg(long)]
+    pub append: bool,
+    /// Arguments for the program (for a --lib output: the command that loads it)
+    #[arg(last = true, value_name = "ARGS")]
+    pub args: Vec<String>,
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  bunkai group out --threshold 64KiB
+  bunkai group out --threshold 32K --json")]
+pub struct GroupArgs {
+    /// A scatter output directory with a profile (bunkai profile)
+    #[arg(value_name = "OUT")]
+    pub out: PathBuf,
+    /// Largest group size, summed over its functions (e.g. 65536, 64KiB, 1MiB)
+    #[arg(long, value_name = "SIZE", default_value = "64KiB")]
+    pub threshold: String,
+    /// Parallel link jobs (default: number of CPUs)
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Print the grouping decisions
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Print JSON (the groups section of the manifest plus totals)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Prints the URL on stdout once it is listening. Any static HTTP server \
+serving OUT works as well (nginx, python3 -m http.server).
+
+Examples:
+  bunkai serve out --listen 127.0.0.1:8000")]
+pub struct ServeArgs {
+    /// A grouped scatter output directory
+    #[arg(value_name = "OUT")]
+    pub out: PathBuf,
+    /// Address to listen on (port 0: any free port)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000")]
+    pub listen: String,
+    /// Log every request on stderr
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  bunkai run http://127.0.0.1:8000/ -- :memory: 'select 1;'
+  bunkai run http://origin/sqlite3/ --cache /tmp/c --no-preload -- db.sqlite")]
+pub struct RunArgs {
+    /// Base URL of a grouped scatter output (as printed by bunkai serve)
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// Cache directory (default: ~/.cache/bunkai/<hash of URL>)
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Do not preload groups in the background; fetch each when first needed
+    #[arg(long)]
+    pub no_preload: bool,
+    /// Fetch the uncompressed libraries
+    #[arg(long)]
+    pub no_compress: bool,
+    /// Print what was fetched, from where, and when
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Arguments for the program
+    #[arg(last = true, value_name = "ARGS")]
+    pub args: Vec<String>,
+}
+
+pub fn profile(a: ProfileArgs) -> Result<ExitCode> {
+    let r = bunkai_scatter::profile::record(&a.out, a.append, &a.args)?;
+    eprintln!(
+        "bunkai profile: {} functions called ({} new), {} run(s) in {}/profile; the program {}",
+        r.functions,
+        r.new,
+        r.runs,
+        a.out.display(),
+        match (r.status.code(), std::os::unix::process::ExitStatusExt::signal(&r.status)) {
+            (Some(c), _) => format!("exited with status {c}"),
+            (None, Some(s)) => format!("was killed by signal {s}"),
+            _ => "ended".to_string(),
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn group(a: GroupArgs) -> Result<ExitCode> {
+    use bunkai_scatter::group as g;
+    let threshold = bunkai_scatter::util::parse_size(&a.threshold)?;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let s = g::group(&g::Options {
+        out: a.out.clone(),
+        threshold,
+        jobs,
+        progress: std::io::stderr().is_terminal() && !a.json,
+    })?;
+    if a.verbose {
+        for l in &s.log {
+            eprintln!("group: {l}");
+        }
+    }
+    let total: u64 = s.groups.list.iter().map(|g| g.raw_bytes).sum();
+    let total_zst: u64 = s.groups.list.iter().map(|g| g.zst_bytes).sum();
+    let orig = s.original_bytes.max(1) as f64;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "threshold_bytes": threshold,
+                "groups": s.groups.list.len(),
+                "group_bytes": total,
+                "group_zst_bytes": total_zst,
+                "per_function_bytes": s.per_function_bytes,
+                "original_bytes": s.original_bytes,
+                "original_zst_bytes": s.groups.original_zst_bytes,
+                "launcher_bytes": s.launcher_bytes,
+                "launcher_zst_bytes": s.groups.launcher_zst_bytes,
+                "called": s.groups.called,
+                "list": s.groups.list,
+            }))?
+        );
+    } else {
+        eprintln!(
+            "bunkai group: {} groups at {} B: {:.1} KiB ({:.1}% of the original, Table 7), {:.1} KiB compressed ({:.1}% of the compressed original)",
+            s.groups.list.len(),
+            threshold,
+            total as f64 / 1024.0,
+            100.0 * total as f64 / orig,
+            total_zst as f64 / 1024.0,
+            100.0 * total_zst as f64 / s.groups.original_zst_bytes.max(1) as f64
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn serve(a: ServeArgs) -> Result<ExitCode> {
+    let server = bunkai_scatter::remote::Server::bind(&a.out, &a.listen)?;
+    bunkai_scatter::remote::announce(&server.url)?;
+    eprintln!("bunkai serve: serving {} at {} (Ctrl-C stops)", a.out.display(), server.url);
+    server.serve(8, a.verbose)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_remote(a: RunArgs) -> Result<ExitCode> {
+    use bunkai_scatter::remote;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let (mut cmd, log) = remote::prepare(&remote::RunOptions {
+        url: a.url,
+        cache: a.cache,
+        preload: !a.no_preload,
+        compress: !a.no_compress,
+        verbose: a.verbose,
+        args: a.args,
+    })?;
+    if !a.verbose {
+        let e = cmd.exec();
+        anyhow::bail!("cannot start the launcher: {e}");
+    }
+    for l in &log {
+        eprintln!("run: {l}");
+    }
+    let fetch_log = tempfile::NamedTempFile::new()?;
+    cmd.env("BUNKAI_FETCH_LOG", fetch_log.path());
+    let status = cmd.status()?;
+    for l in remote::summarize_fetch_log(&std::fs::read_to_string(fetch_log.path()).unwrap_or_default()) {
+        eprintln!("run: {l}");
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => ExitCode::from(c as u8),
+        (None, Some(s)) => ExitCode::from(128 + s as u8),
+        _ => ExitCode::FAILURE,
+    })
+}

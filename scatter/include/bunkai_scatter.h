@@ -14,6 +14,18 @@
  *                                 read by the runtime only to name a function
  *                                 in an error message
  *   OUT/manifest.json            written by the driver, read by `bunkai stats`
+ *   OUT/bc/NAME/f<hex>.bc         each function's module, kept so that
+ *                                 `bunkai group` can link groups (§5.1)
+ *   OUT/original/NAME            the original program, stripped
+ *
+ * Added by `bunkai profile` and `bunkai group` (§5, §6):
+ *   OUT/profile                  first-call order (text, see profile.rs)
+ *   OUT/lib/NAME/g<hex>.so        one library per group, <hex> = group id
+ *   OUT/lib/NAME/g<hex>.so.zst    the same, zstd-compressed (for the network)
+ *   OUT/lib/NAME/groups.map       the group map file (binary, below); the
+ *                                 manager uses groups when it exists
+ *   OUT/bin/NAME.zst             the launcher, compressed (--lib: lib/...)
+ *   OUT/remote.json              the small index `bunkai run` fetches first
  *
  * Symbols (all ids in lower-case hex, no leading zeros):
  *   __bunkai_f<hex>   the body of function <hex>, exported by its library
@@ -33,7 +45,9 @@
 #ifndef BUNKAI_SCATTER_H
 #define BUNKAI_SCATTER_H
 
-#define BUNKAI_SCATTER_ABI 1
+#include <stdint.h>
+
+#define BUNKAI_SCATTER_ABI 2
 
 #define BUNKAI_BODY_PREFIX "__bunkai_f"
 #define BUNKAI_STUB_PREFIX "__bunkai_s"
@@ -42,6 +56,58 @@
 #define BUNKAI_LIB_PREFIX "f"
 #define BUNKAI_LIB_SUFFIX ".so"
 #define BUNKAI_NAMES_FILE "functions.tsv"
+#define BUNKAI_GROUP_PREFIX "g"
+#define BUNKAI_GROUP_MAP "groups.map"
+#define BUNKAI_ZST_SUFFIX ".zst"
+
+/* The group map file, all integers little-endian:
+ *   char     magic[8]            BUNKAI_GROUP_MAGIC
+ *   uint32_t nfuncs              must equal the launcher's __bunkai_nfuncs
+ *   uint32_t ngroups             >= 1
+ *   uint32_t group_of[nfuncs]    group id of each function id, < ngroups
+ *   struct bunkai_group groups[ngroups]
+ * The manager checks every field before using it. */
+#define BUNKAI_GROUP_MAGIC "BKGROUP2"
+struct bunkai_group {
+  uint64_t raw_bytes;        /* size of g<hex>.so */
+  uint64_t zst_bytes;        /* size of g<hex>.so.zst */
+  uint8_t raw_sha256[32];    /* of g<hex>.so: what runs is what was built */
+};
+
+/* Environment the manager reads in its constructor:
+ *   BUNKAI_PROFILE=PATH   append "<hex id>\n" to PATH at each first call;
+ *                         forces per-function libraries (`bunkai profile`)
+ *   BUNKAI_ORIGIN=URL     the library directory on an HTTP origin (ends with
+ *                         '/'); groups missing locally are fetched from it by
+ *                         the fetch library (`bunkai run` sets these)
+ *   BUNKAI_FETCH=PATH     the fetch library (libbunkai-fetch.so)
+ *   BUNKAI_PRELOAD=0|1    start the preload thread (§6.2), default 1
+ *   BUNKAI_COMPRESS=0|1   fetch g<hex>.so.zst and decompress, default 1
+ *   BUNKAI_FETCH_LOG=PATH one line per fetched group, for -v and benches:
+ *                         "<ms since start>\t<group hex>\t<preload|demand>\t<bytes>"
+ */
+
+/* The fetch library's entry points (looked up with dlsym). */
+struct bunkai_fetch_config {
+  uint32_t abi;              /* BUNKAI_SCATTER_ABI */
+  const char *libdir;        /* local library directory, ends with '/' */
+  const char *origin;        /* BUNKAI_ORIGIN */
+  uint32_t ngroups;
+  const struct bunkai_group *groups;
+  int preload, compress;
+  const char *log_path;      /* BUNKAI_FETCH_LOG or NULL */
+};
+/* Starts the preload thread (when asked). 0 on success, else -1 with a
+ * message in err. */
+typedef int (*bunkai_fetch_start_fn)(const struct bunkai_fetch_config *,
+                                     char *err, unsigned long errlen);
+/* Returns 0 once libdir/g<group>.so exists and matches its checksum,
+ * fetching it at once if the preloader has not reached it; -1 with a message
+ * after the retries failed. */
+typedef int (*bunkai_fetch_wait_fn)(uint32_t group, char *err,
+                                    unsigned long errlen);
+#define BUNKAI_FETCH_START "__bunkai_fetch_start"
+#define BUNKAI_FETCH_WAIT "__bunkai_fetch_wait"
 
 /* A stub is `movl $id, %r11d; jmpq *__bunkai_got+8*id(%rip)`: 12 bytes,
  * aligned to 16. %r11 is a scratch register that carries no argument in the

@@ -10,6 +10,8 @@
 //   LINK <arg> <arg> ...   the ld.lld argument template; "@IN@" and "@OUT@"
 //                          are replaced per job (from `clang -### -shared`)
 //   JOB <in.bc> <out.so>   lower one module
+//   GROUP <out.so> <in.bc>...  link several modules (llvm::Linker) and
+//                          lower the result: one library per group (§5.1)
 // For every JOB it prints "ok <out.so>" or "err <out.so> <message>" on stdout,
 // so the driver can show progress and name the failing function.
 //
@@ -21,6 +23,7 @@
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/Linker/Linker.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -59,17 +62,29 @@ public:
   explicit Lowerer(CodeGenOpt::Level Level) : Level(Level) {}
 
   // Returns an empty string on success, else the error text.
-  std::string lower(const std::string &In, const std::string &Out,
+  std::string lower(const std::vector<std::string> &Ins, const std::string &Out,
                     const std::vector<std::string> &LinkTemplate,
                     bool KeepObj) {
     LLVMContext Ctx;
-    auto Buf = MemoryBuffer::getFile(In);
-    if (!Buf)
-      return "cannot read " + In + ": " + Buf.getError().message();
-    auto ModOr = parseBitcodeFile((*Buf)->getMemBufferRef(), Ctx);
-    if (!ModOr)
-      return "bad bitcode " + In + ": " + toString(ModOr.takeError());
-    std::unique_ptr<Module> M = std::move(*ModOr);
+    std::unique_ptr<Module> M;
+    for (const std::string &In : Ins) {
+      auto Buf = MemoryBuffer::getFile(In);
+      if (!Buf)
+        return "cannot read " + In + ": " + Buf.getError().message();
+      auto ModOr = parseBitcodeFile((*Buf)->getMemBufferRef(), Ctx);
+      if (!ModOr)
+        return "bad bitcode " + In + ": " + toString(ModOr.takeError());
+      if (!M) {
+        M = std::move(*ModOr);
+        continue;
+      }
+      // Private and internal names that collide are renamed by the linker;
+      // declarations of the launcher's symbols merge.
+      if (Linker::linkModules(*M, std::move(*ModOr)))
+        return "cannot link " + In + " into the group";
+    }
+    if (!M)
+      return "no input modules";
 
     TargetMachine *TM = machineFor(M->getTargetTriple());
     if (!TM)
@@ -171,16 +186,26 @@ int main(int argc, char **argv) {
       LinkTemplate.assign(F.begin() + 1, F.end());
       // lld's driver expects argv[0].
       LinkTemplate.insert(LinkTemplate.begin(), "ld.lld");
-    } else if (F[0] == "JOB" && F.size() == 3) {
+    } else if ((F[0] == "JOB" && F.size() == 3) ||
+               (F[0] == "GROUP" && F.size() >= 3)) {
       if (LinkTemplate.empty()) {
-        errs() << "bunkai-lower: JOB before LINK\n";
+        errs() << "bunkai-lower: " << F[0] << " before LINK\n";
         return 2;
       }
-      std::string Err = L.lower(F[1], F[2], LinkTemplate, KeepObj);
-      if (Err.empty()) {
-        outs() << "ok\t" << F[2] << "\n";
+      std::vector<std::string> Ins;
+      std::string Out;
+      if (F[0] == "JOB") {
+        Ins.push_back(F[1]);
+        Out = F[2];
       } else {
-        outs() << "err\t" << F[2] << "\t" << Err << "\n";
+        Out = F[1];
+        Ins.assign(F.begin() + 2, F.end());
+      }
+      std::string Err = L.lower(Ins, Out, LinkTemplate, KeepObj);
+      if (Err.empty()) {
+        outs() << "ok\t" << Out << "\n";
+      } else {
+        outs() << "err\t" << Out << "\t" << Err << "\n";
         ++Failures;
       }
       outs().flush();

@@ -19,6 +19,15 @@
  *   - The manager must not be entered from a signal handler while another
  *     resolution holds the lock in the same thread (dlopen is not
  *     async-signal-safe either).
+ *   - Grouped libraries (§5.2): when lib/NAME/groups.map exists, a miss goes
+ *     function table -> group table -> handle table -> dlopen of g<hex>.so.
+ *     The map is checked field by field before it is used.
+ *   - Network (§6.2): with BUNKAI_ORIGIN set, groups come from the fetch
+ *     library (dlopen()ed only then, so a launcher never links libcurl);
+ *     its preload thread starts in the constructor, and a miss waits for the
+ *     group (or has it fetched at once) before dlopen. Nothing unverified is
+ *     ever dlopen()ed: the fetch library checks each group's SHA-256.
+ *   - Environment variables are read once, in the constructor.
  */
 #define _GNU_SOURCE
 #include "../include/bunkai_scatter.h"
@@ -30,6 +39,8 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -48,11 +59,37 @@ static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static char dir[PATH_MAX]; /* absolute library directory, with a '/' */
 static size_t dir_len;
 
+/* Settings from the environment, read by the constructor. */
+static const char *env_profile, *env_origin, *env_fetch, *env_fetch_log;
+static int env_preload = 1, env_compress = 1;
+static int profile_fd = -1;
+
+/* §5.2: the group table (function id -> group id) comes from groups.map;
+ * the handle table holds one dlopen() handle per group. */
+static int grouped;
+static uint32_t ngroups;
+static const uint32_t *group_of;
+static const struct bunkai_group *groups;
+static void **handles;
+static bunkai_fetch_wait_fn fetch_wait;
+
 static long raw3(long n, long a, long b, long c) {
   long ret;
   __asm__ volatile("syscall"
                    : "=a"(ret)
                    : "a"(n), "D"(a), "S"(b), "d"(c)
+                   : "rcx", "r11", "memory");
+  return ret;
+}
+
+static long raw6(long n, long a, long b, long c, long d, long e, long f) {
+  long ret;
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  register long r9 __asm__("r9") = f;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
                    : "rcx", "r11", "memory");
   return ret;
 }
@@ -144,35 +181,109 @@ static void name_of(uint32_t id, char *out, size_t cap) {
   raw3(SYS_close, fd, 0, 0);
 }
 
+#define NO_FUNCTION UINT32_MAX
+
+/* One line on stderr and exit 127, like the dynamic loader's own errors.
+ * `id` is the function being loaded, or NO_FUNCTION. */
 __attribute__((noreturn)) static void fail(uint32_t id, const char *path,
                                            const char *why) {
   char name[256], msg[PATH_MAX + 1024];
-  name_of(id, name, sizeof name);
   char *e = msg + sizeof msg - 2;
-  char *p = append(msg, e, "bunkai: cannot load function ");
-  p = append(p, e, name[0] ? name : "?");
-  p = append(p, e, " (id 0x");
-  p = append_hex(p, e, id);
-  p = append(p, e, ") from ");
+  char *p = append(msg, e, "bunkai: ");
+  if (id != NO_FUNCTION) {
+    name_of(id, name, sizeof name);
+    p = append(p, e, "cannot load function ");
+    if (name[0]) {
+      p = append(p, e, name);
+      p = append(p, e, " (id 0x");
+      p = append_hex(p, e, id);
+      p = append(p, e, ")");
+    } else {
+      p = append(p, e, "id 0x");
+      p = append_hex(p, e, id);
+    }
+    p = append(p, e, " from ");
+  }
   p = append(p, e, path);
   p = append(p, e, ": ");
   p = append(p, e, why ? why : "unknown error");
-  p = append(p, e, " (the scattered output is incomplete: copy it again or "
-                   "rerun bunkai scatter)\n");
+  if (id != NO_FUNCTION)
+    p = append(p, e, fetch_wait ? " (check that the origin is up and serves "
+                                  "this build; rerun bunkai run)"
+                                : " (the scattered output is incomplete: copy "
+                                  "it again or rerun bunkai scatter)");
+  p = append(p, e, "\n");
   *p = 0;
   put(msg);
   raw3(SYS_exit_group, 127, 0, 0);
   __builtin_unreachable();
 }
 
-/* The directory the launcher lives in, plus __bunkai_libdir. */
+static int env_flag(const char *name, int dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v)
+    return dflt;
+  return !(v[0] == '0' && v[1] == 0);
+}
+
+/* Reads groups.map into private memory and checks it. Returns 0 when there
+ * is no map (per-function libraries); fails loudly when it is damaged. */
+static int load_group_map(void) {
+  char path[PATH_MAX + 32];
+  char *p = append(path, path + sizeof path - 1, dir);
+  p = append(p, path + sizeof path - 1, BUNKAI_GROUP_MAP);
+  *p = 0;
+  long fd = raw3(SYS_open, (long)path, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0)
+    return 0;
+  struct stat st;
+  if (raw3(SYS_fstat, fd, (long)&st, 0) < 0 || st.st_size < 16)
+    fail(NO_FUNCTION, path, "the group map is truncated (rerun bunkai group)");
+  size_t size = (size_t)st.st_size;
+  long m = raw6(SYS_mmap, 0, (long)size, PROT_READ, MAP_PRIVATE, fd, 0);
+  raw3(SYS_close, fd, 0, 0);
+  if (m < 0 && m > -4096)
+    fail(NO_FUNCTION, path, "cannot map the group map");
+  const unsigned char *b = (const unsigned char *)m;
+  const char *magic = BUNKAI_GROUP_MAGIC;
+  for (int i = 0; i < 8; i++)
+    if (b[i] != (unsigned char)magic[i])
+      fail(NO_FUNCTION, path, "not a bunkai group map, or from another version (rerun "
+                    "bunkai group)");
+  uint32_t nf, ng;
+  __builtin_memcpy(&nf, b + 8, 4);
+  __builtin_memcpy(&ng, b + 12, 4);
+  if (nf != __bunkai_nfuncs)
+    fail(NO_FUNCTION, path, "the group map belongs to another build (rerun bunkai "
+                  "profile and bunkai group)");
+  if (ng == 0 || ng > nf ||
+      size != 16 + 4 * (uint64_t)nf + sizeof(struct bunkai_group) * (uint64_t)ng)
+    fail(NO_FUNCTION, path, "the group map is damaged (rerun bunkai group)");
+  group_of = (const uint32_t *)(b + 16);
+  for (uint32_t i = 0; i < nf; i++)
+    if (group_of[i] >= ng)
+      fail(NO_FUNCTION, path, "the group map names a group that does not exist (rerun "
+                    "bunkai group)");
+  groups = (const struct bunkai_group *)(b + 16 + 4 * (size_t)nf);
+  long h = raw6(SYS_mmap, 0, (long)(sizeof(void *) * ng), PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (h < 0 && h > -4096)
+    fail(NO_FUNCTION, path, "out of memory for the handle table");
+  handles = (void **)h;
+  ngroups = ng;
+  grouped = 1;
+  return 1;
+}
+
+/* The directory the launcher lives in, plus __bunkai_libdir; then the group
+ * map, unless profiling (a profile needs per-function first calls). */
 static void find_dir(void) {
   char self[PATH_MAX];
   if (__bunkai_is_lib) {
     Dl_info info;
     if (!dladdr((void *)&__bunkai_lookup, &info) || !info.dli_fname ||
         !realpath(info.dli_fname, self))
-      fail(0, "(launcher library)", "cannot find where the launcher is");
+      fail(NO_FUNCTION, "(launcher library)", "cannot find where the launcher is");
     /* The libraries resolve the launcher's symbols in the global scope. A
      * program that dlopen()ed the launcher RTLD_LOCAL kept it out of there:
      * promote it (it is already loaded, so this only changes its scope).
@@ -180,12 +291,12 @@ static void find_dir(void) {
      * library loaded during exit would make glibc run the launcher's
      * constructors a second time. */
     if (!dlopen(self, RTLD_LAZY | RTLD_NOLOAD | RTLD_GLOBAL))
-      fail(0, self, dlerror());
+      fail(NO_FUNCTION, self, dlerror());
   } else {
     long n = raw3(SYS_readlink, (long)"/proc/self/exe", (long)self,
                   sizeof self - 1);
     if (n <= 0)
-      fail(0, "/proc/self/exe", "cannot find where the launcher is");
+      fail(NO_FUNCTION, "/proc/self/exe", "cannot find where the launcher is");
     self[n] = 0;
   }
   size_t cut = slen(self);
@@ -198,6 +309,69 @@ static void find_dir(void) {
   *p++ = '/';
   *p = 0;
   dir_len = (size_t)(p - dir);
+  if (!env_profile)
+    load_group_map();
+}
+
+/* Network mode: load the fetch library and start the preloader. */
+static void start_fetch(void) {
+  char err[512];
+  if (!grouped)
+    fail(NO_FUNCTION, dir, "BUNKAI_ORIGIN is set but there is no group map (use "
+                 "bunkai run on a grouped output)");
+  if (!env_fetch)
+    fail(NO_FUNCTION, "(BUNKAI_FETCH)", "BUNKAI_ORIGIN is set without BUNKAI_FETCH (start "
+                              "the program with bunkai run)");
+  void *h = dlopen(env_fetch, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (!h)
+    fail(NO_FUNCTION, env_fetch, dlerror());
+  bunkai_fetch_start_fn start =
+      (bunkai_fetch_start_fn)dlsym(h, BUNKAI_FETCH_START);
+  fetch_wait = (bunkai_fetch_wait_fn)dlsym(h, BUNKAI_FETCH_WAIT);
+  if (!start || !fetch_wait)
+    fail(NO_FUNCTION, env_fetch, "not a bunkai fetch library");
+  struct bunkai_fetch_config cfg = {
+      .abi = BUNKAI_SCATTER_ABI,
+      .libdir = dir,
+      .origin = env_origin,
+      .ngroups = ngroups,
+      .groups = groups,
+      .preload = env_preload,
+      .compress = env_compress,
+      .log_path = env_fetch_log,
+  };
+  if (start(&cfg, err, sizeof err))
+    fail(NO_FUNCTION, env_origin, err);
+}
+
+static void record_first_call(uint32_t id) {
+  char line[16];
+  char *p = append_hex(line, line + sizeof line - 1, id);
+  *p++ = '\n';
+  raw3(SYS_write, profile_fd, (long)line, (long)(p - line));
+}
+
+/* §5.2: the handle of group g, loading (and in network mode fetching) it. */
+static void *group_handle(uint32_t id, uint32_t g) {
+  void *h = handles[g];
+  if (h)
+    return h;
+  char path[PATH_MAX + 32];
+  char *p = append(path, path + sizeof path - 1, dir);
+  p = append(p, path + sizeof path - 1, BUNKAI_GROUP_PREFIX);
+  p = append_hex(p, path + sizeof path - 1, g);
+  p = append(p, path + sizeof path - 1, BUNKAI_LIB_SUFFIX);
+  *p = 0;
+  if (fetch_wait) {
+    char err[512];
+    if (fetch_wait(g, err, sizeof err))
+      fail(id, path, err);
+  }
+  h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+  if (!h)
+    fail(id, path, dlerror());
+  handles[g] = h;
+  return h;
 }
 
 void *__bunkai_lookup(uint32_t id) {
@@ -209,20 +383,28 @@ void *__bunkai_lookup(uint32_t id) {
     if (!dir_len)
       find_dir();
     char path[PATH_MAX + 32], sym[32];
-    char *p = append(path, path + sizeof path - 1, dir);
-    p = append(p, path + sizeof path - 1, BUNKAI_LIB_PREFIX);
-    p = append_hex(p, path + sizeof path - 1, id);
-    p = append(p, path + sizeof path - 1, BUNKAI_LIB_SUFFIX);
-    *p = 0;
-    void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
-    if (!h)
-      fail(id, path, dlerror());
-    p = append(sym, sym + sizeof sym - 1, BUNKAI_BODY_PREFIX);
+    void *h;
+    char *p = append(sym, sym + sizeof sym - 1, BUNKAI_BODY_PREFIX);
     p = append_hex(p, sym + sizeof sym - 1, id);
     *p = 0;
+    if (grouped) {
+      h = group_handle(id, group_of[id]);
+      path[0] = 0;
+    } else {
+      p = append(path, path + sizeof path - 1, dir);
+      p = append(p, path + sizeof path - 1, BUNKAI_LIB_PREFIX);
+      p = append_hex(p, path + sizeof path - 1, id);
+      p = append(p, path + sizeof path - 1, BUNKAI_LIB_SUFFIX);
+      *p = 0;
+      h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+      if (!h)
+        fail(id, path, dlerror());
+    }
     fn = dlsym(h, sym);
     if (!fn)
-      fail(id, path, dlerror());
+      fail(id, path[0] ? path : "its group library", dlerror());
+    if (profile_fd >= 0)
+      record_first_call(id);
     __atomic_store_n(&__bunkai_got[id], fn, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&lock);
@@ -235,8 +417,27 @@ static void __bunkai_init(void) {
   for (uint32_t i = 0; i < __bunkai_nfuncs; i++)
     if (!__bunkai_got[i])
       __bunkai_got[i] = (void *)&__bunkai_resolve;
+  env_profile = getenv("BUNKAI_PROFILE");
+  if (env_profile && !*env_profile)
+    env_profile = 0;
+  if (env_profile) {
+    profile_fd = (int)raw3(SYS_open, (long)env_profile,
+                           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (profile_fd < 0)
+      fail(NO_FUNCTION, env_profile, "cannot write the profile (check BUNKAI_PROFILE)");
+  }
+  env_origin = getenv("BUNKAI_ORIGIN");
+  if (env_origin && *env_origin && !env_profile) {
+    env_fetch = getenv("BUNKAI_FETCH");
+    env_fetch_log = getenv("BUNKAI_FETCH_LOG");
+    env_preload = env_flag("BUNKAI_PRELOAD", 1);
+    env_compress = env_flag("BUNKAI_COMPRESS", 1);
+    pthread_mutex_lock(&lock);
+    find_dir();
+    start_fetch();
+    pthread_mutex_unlock(&lock);
+  }
 }
-
 /* Priority 0: before every constructor of the program, which may call stubs. */
 typedef void (*init_fn)(void);
 __attribute__((section(".init_array.00000"), used)) static init_fn init_entry =

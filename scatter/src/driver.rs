@@ -83,7 +83,7 @@ fn check_flags(flags: &[String]) -> Result<()> {
 }
 
 /// The optimisation level in the flags, for code generation.
-fn opt_level(flags: &[String]) -> &'static str {
+pub(crate) fn opt_level(flags: &[String]) -> &'static str {
     let mut level = "-O0";
     for f in flags {
         level = match f.as_str() {
@@ -280,17 +280,11 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     run(&mut link, "linking the launcher")?;
 
     // 5. The libraries.
-    let mut lib_link: Vec<String> = opts.flags.clone();
-    lib_link.extend(
-        ["-Wl,-s", "-Wl,--build-id=none", "-Wl,--hash-style=gnu"]
-            .iter()
-            .map(|s| s.to_string()),
-    );
-    let template = lower::link_template(&tc, &work, &lib_link)?;
+    let template = lower::link_template(&tc, &work, &library_link_flags(&opts.flags))?;
     let mut jobs = Vec::with_capacity(stubs.len() + 1);
     for st in &stubs {
         jobs.push(Job {
-            input: split.join(format!("{}{:x}.bc", stubs::LIB_PREFIX, st.id)),
+            inputs: vec![split.join(format!("{}{:x}.bc", stubs::LIB_PREFIX, st.id))],
             output: root.join(&libdir_rel).join(stubs::lib_file(st.id)),
             what: format!("{} ({})", st.name, st.source),
         });
@@ -305,11 +299,19 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     )?;
     let empty_so = work.join("empty.so");
     jobs.push(Job {
-        input: empty_bc,
+        inputs: vec![empty_bc],
         output: empty_so.clone(),
         what: "(empty library)".into(),
     });
     lower::run(&tc, &template, level, jobs, opts.jobs, opts.progress)?;
+
+    // Keep each function's module: `bunkai group` links groups from them.
+    let bcdir = root.join(format!("{}/{name}", crate::BC_DIR));
+    std::fs::create_dir_all(&bcdir)?;
+    for st in &stubs {
+        let f = format!("{}{:x}.bc", stubs::LIB_PREFIX, st.id);
+        std::fs::rename(split.join(&f), bcdir.join(&f))?;
+    }
 
     // 6. The original, from the same inputs and flags.
     let orig_name = if opts.lib { format!("lib{name}.so") } else { name.clone() };
@@ -373,6 +375,7 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
         kept,
         globals,
         exports: exports.len(),
+        groups: None,
     };
     manifest.write(&root)?;
     let log = decision_log(&manifest, &log_text);
@@ -385,6 +388,13 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     let root = tmp.keep();
     install(&root, &opts.out)?;
     Ok(Summary { manifest, log })
+}
+
+/// How every function or group library is linked: the user's flags, stripped.
+pub(crate) fn library_link_flags(flags: &[String]) -> Vec<String> {
+    let mut v = flags.to_vec();
+    v.extend(["-Wl,-s", "-Wl,--build-id=none", "-Wl,--hash-style=gnu"].iter().map(|s| s.to_string()));
+    v
 }
 
 /// Refuses to overwrite a directory that is not ours.

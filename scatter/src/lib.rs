@@ -10,17 +10,28 @@
 //!   5. lower every per-function module to a shared library (lower.rs),
 //!   6. build the original from the same inputs and flags, for comparison,
 //!   7. write manifest.json and move the finished directory into place.
+//!
+//! Then, for §5–6: profile.rs records first-call order, group.rs links one
+//! library per group and writes the group map, remote.rs serves an output
+//! over HTTP and runs one from a URL (the launcher's fetch library brings
+//! the groups while it runs).
 
 pub mod driver;
+pub mod group;
 pub mod lower;
 pub mod manifest;
+pub mod profile;
+pub mod remote;
 pub mod stats;
 pub mod stubs;
 pub mod toolchain;
 pub mod util;
 
 /// BUNKAI_SCATTER_ABI in scatter/include/bunkai_scatter.h.
-pub const ABI: u32 = 1;
+pub const ABI: u32 = 2;
+
+/// Where each function's module is kept (OUT/bc/NAME/f<hex>.bc).
+pub const BC_DIR: &str = "bc";
 
 #[cfg(test)]
 mod tests {

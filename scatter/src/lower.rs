@@ -14,7 +14,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 pub struct Job {
-    pub input: PathBuf,
+    /// One module, or several linked into one library (a group, §5.1).
+    pub inputs: Vec<PathBuf>,
     pub output: PathBuf,
     /// Shown when the job fails.
     pub what: String,
@@ -104,11 +105,19 @@ pub fn run(
                 input.push('\n');
                 let mut what = std::collections::HashMap::new();
                 for j in &chunk {
-                    input.push_str(&format!(
-                        "JOB\t{}\t{}\n",
-                        j.input.display(),
-                        j.output.display()
-                    ));
+                    if j.inputs.len() == 1 {
+                        input.push_str(&format!(
+                            "JOB\t{}\t{}\n",
+                            j.inputs[0].display(),
+                            j.output.display()
+                        ));
+                    } else {
+                        input.push_str(&format!("GROUP\t{}", j.output.display()));
+                        for i in &j.inputs {
+                            input.push_str(&format!("\t{}", i.display()));
+                        }
+                        input.push('\n');
+                    }
                     what.insert(j.output.display().to_string(), j.what.clone());
                 }
                 // Feed stdin from another thread so a chatty child cannot

@@ -32,6 +32,37 @@ pub struct Manifest {
     pub kept: Vec<Kept>,
     pub globals: Globals,
     pub exports: usize,
+    /// Written by `bunkai group` (§5); absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Groups>,
+}
+
+/// The grouping of a scatter output (§5.1), and what it needs on a network.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Groups {
+    pub threshold_bytes: u64,
+    /// Build id of the profile the groups came from.
+    pub build: String,
+    pub profile_runs: u32,
+    /// Functions called in the profile (they fill the first groups).
+    pub called: usize,
+    pub launcher_zst_bytes: u64,
+    /// zstd -19 of the stripped original, for comparison.
+    pub original_zst_bytes: u64,
+    pub list: Vec<GroupEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct GroupEntry {
+    pub id: u32,
+    /// g<hex>.so, relative to the output directory.
+    pub file: String,
+    pub raw_bytes: u64,
+    pub zst_bytes: u64,
+    /// SHA-256 of g<hex>.so, hex.
+    pub sha256: String,
+    /// Function ids, in first-call order.
+    pub functions: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -18,6 +18,7 @@ use std::fmt::Write;
 pub const BODY_PREFIX: &str = "__bunkai_f";
 pub const LIB_PREFIX: &str = "f";
 pub const NAMES_FILE: &str = "functions.tsv";
+pub const GROUP_MAP: &str = "groups.map";
 
 /// One line of the split pass's stubs.tsv.
 #[derive(Debug, Clone, PartialEq)]

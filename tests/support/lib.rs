@@ -147,3 +147,63 @@ pub fn sqlite_flags() -> Vec<String> {
     let f = std::fs::read_to_string(sqlite_dir().join("flags.txt")).expect("flags.txt");
     f.split_whitespace().map(String::from).collect()
 }
+
+/// A server process under test (`bunkai serve`, `python3 -m http.server`):
+/// started, polled until it prints its URL, killed when dropped.
+pub struct ServerProcess {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl ServerProcess {
+    /// Starts `cmd` and waits (up to 30 s) for a stdout line from which
+    /// `find_url` extracts the URL it serves.
+    pub fn start(cmd: &mut Command, find_url: fn(&str) -> Option<String>) -> ServerProcess {
+        use std::io::BufRead;
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(url) = find_url(&line) {
+                        return ServerProcess { child, url };
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("{:?} did not announce a URL within 30 s", cmd.get_program());
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Copies a directory tree (cp -a).
+pub fn copy_tree(from: &Path, to: &Path) {
+    let st = Command::new("cp").arg("-a").arg(from).arg(to).status().expect("cp");
+    assert!(st.success(), "cp -a {} {} failed", from.display(), to.display());
+}

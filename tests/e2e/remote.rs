@@ -1,0 +1,229 @@
+//! End-to-end tests of `bunkai profile`, `bunkai group`, `bunkai serve` and
+//! `bunkai run` (seed 000, §5–6): the SQLite shell profiled with one
+//! workload, grouped, served over HTTP on loopback and run from its URL.
+
+use bunkai_e2e::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scatter(out: &Path, inputs: &[PathBuf], extra: &[&str], flags: &[&str]) {
+    let mut args: Vec<String> = vec!["scatter".into(), "-o".into(), out.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(inputs.iter().map(|p| p.display().to_string()));
+    args.push("--".into());
+    args.extend(flags.iter().map(|s| s.to_string()));
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    bunkai_ok(&a);
+}
+
+fn bunkai_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(bunkai());
+    c.args(args);
+    c
+}
+
+fn bunkai_serve_url(line: &str) -> Option<String> {
+    line.starts_with("http://").then(|| line.trim().to_string())
+}
+
+/// python3 -m http.server prints "Serving HTTP on 127.0.0.1 port N (http://127.0.0.1:N/) ...".
+fn python_url(line: &str) -> Option<String> {
+    let start = line.find("(http://")? + 1;
+    let end = line[start..].find(')')? + start;
+    Some(line[start..end].to_string())
+}
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
+}
+
+#[test]
+fn sqlite_profiled_grouped_and_run_over_http() {
+    let sq = sqlite_dir();
+    let flags = sqlite_flags();
+    let f: Vec<&str> = flags.iter().map(|s| s.as_str()).collect();
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    scatter(
+        &out,
+        &[sq.join("shell.c"), sq.join("sqlite3.c")],
+        &["--name", "sqlite3"],
+        &[&f[..], &[&format!("-I{}", sq.display())]].concat(),
+    );
+    let o = out.to_str().unwrap();
+    let orig = out.join("original/sqlite3");
+    let query = program("sqlite/workload-query.sql");
+    let full = program("sqlite/full.sql");
+
+    // Profile with the query workload only.
+    let p = run_with_stdin(&mut bunkai_cmd(&["profile", o, "--", d.path().join("p.db").to_str().unwrap()]), Some(&query));
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    let prof = std::fs::read_to_string(out.join("profile")).unwrap();
+    let called = prof.lines().filter(|l| !l.starts_with('#') && l.contains('\t')).count();
+    assert!(called > 100, "the profile saw only {called} functions");
+
+    // Group at 64 KiB: every function in exactly one group, files on disk.
+    let g = json(&bunkai_ok(&["group", o, "--threshold", "64KiB", "--json"]));
+    let groups = g["list"].as_array().unwrap();
+    assert!(groups.len() >= 4, "{} groups", groups.len());
+    let nfuncs = json(&bunkai_ok(&["stats", o, "--json"]))["libraries"].as_u64().unwrap() as usize;
+    let mut seen = vec![0; nfuncs];
+    for gr in groups {
+        let fs = gr["functions"].as_array().unwrap();
+        for id in fs {
+            seen[id.as_u64().unwrap() as usize] += 1;
+        }
+        let file = out.join(gr["file"].as_str().unwrap());
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), gr["raw_bytes"].as_u64().unwrap());
+        assert!(file.with_extension("so.zst").exists());
+        // §5.1: only a function larger than the threshold makes a group
+        // larger than the threshold, and then it is alone.
+        if fs.len() > 1 {
+            assert!(gr["raw_bytes"].as_u64().unwrap() < 3 * 65536, "group {} is too big", gr["id"]);
+        }
+    }
+    assert!(seen.iter().all(|n| *n == 1), "a function is in no group or in two");
+
+    // Grouped, run locally: same behaviour on the big script.
+    let want_full = behaviour(run_with_stdin(Command::new(&orig).arg(":memory:"), Some(&full)));
+    let local = behaviour(run_with_stdin(Command::new(out.join("bin/sqlite3")).arg(":memory:"), Some(&full)));
+    assert_eq!(want_full, local, "grouped SQLite behaves differently");
+
+    // Over HTTP from bunkai serve, preload + compression: the full script is
+    // a wrong prediction (profiled with the query workload only).
+    let srv = ServerProcess::start(&mut bunkai_cmd(&["serve", o, "--listen", "127.0.0.1:0"]), bunkai_serve_url);
+    let c1 = d.path().join("cache1");
+    let net = behaviour(run_with_stdin(
+        &mut bunkai_cmd(&["run", &srv.url, "--cache", c1.to_str().unwrap(), "--", ":memory:"]),
+        Some(&full),
+    ));
+    assert_eq!(want_full, net, "SQLite run over HTTP behaves differently");
+
+    // The query workload on a database file, on demand, uncompressed.
+    let db_orig = d.path().join("orig.db");
+    let db_net = d.path().join("net.db");
+    let want_q = behaviour(run_with_stdin(Command::new(&orig).arg(&db_orig), Some(&query)));
+    let c2 = d.path().join("cache2");
+    let got_q = behaviour(run_with_stdin(
+        &mut bunkai_cmd(&[
+            "run", &srv.url, "--cache", c2.to_str().unwrap(), "--no-preload", "--no-compress", "--",
+            db_net.to_str().unwrap(),
+        ]),
+        Some(&query),
+    ));
+    assert_eq!(want_q, got_q);
+    assert_eq!(std::fs::read(&db_orig).unwrap(), std::fs::read(&db_net).unwrap(), "database files differ");
+    // On demand without preload, only the groups it needed came down.
+    let fetched = std::fs::read_dir(c2.join("lib/sqlite3"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".so"))
+        .count();
+    assert!(fetched < groups.len(), "fetched all {fetched} groups on demand");
+
+    // Any static server works as the origin.
+    let py = ServerProcess::start(
+        Command::new("python3")
+            .args(["-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", o]),
+        python_url,
+    );
+    let c3 = d.path().join("cache3");
+    let db_py = d.path().join("py.db");
+    let got_py = behaviour(run_with_stdin(
+        &mut bunkai_cmd(&["run", &py.url, "--cache", c3.to_str().unwrap(), "--", db_py.to_str().unwrap()]),
+        Some(&query),
+    ));
+    assert_eq!(want_q, got_py, "SQLite from python's http.server behaves differently");
+
+    // A corrupted group on the origin is refused and never lands in the
+    // cache under its name: one line, exit 127.
+    let libdir = out.join("lib/sqlite3");
+    for name in ["g0.so", "g0.so.zst"] {
+        let p = libdir.join(name);
+        let mut b = std::fs::read(&p).unwrap();
+        let mid = b.len() / 2;
+        for x in &mut b[mid..mid + 16] {
+            *x ^= 0x5a;
+        }
+        std::fs::write(&p, b).unwrap();
+    }
+    for (extra, cache) in [(None, "cache4"), (Some("--no-compress"), "cache5")] {
+        let c = d.path().join(cache);
+        let mut args = vec!["run", &srv.url, "--cache", c.to_str().unwrap()];
+        args.extend(extra);
+        args.extend(["--", ":memory:"]);
+        let r = run_with_stdin(&mut bunkai_cmd(&args), Some(&query));
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(127), "{err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(lines[0].starts_with("bunkai: ") && lines[0].contains("g0.so"), "{err}");
+        assert!(lines[0].contains("SHA-256") || lines[0].contains("decompress"), "{err}");
+        assert!(r.stdout.is_empty(), "the program ran: {}", String::from_utf8_lossy(&r.stdout));
+        assert!(!c.join("lib/sqlite3/g0.so").exists(), "corrupted group written to the cache");
+    }
+    drop(py);
+    drop(srv);
+}
+
+#[test]
+fn profiles_are_checked() {
+    let d = tempfile::tempdir().unwrap();
+    let srcs = [program("features/features.c"), program("features/other.c")];
+    let a = d.path().join("a");
+    let b = d.path().join("b");
+    scatter(&a, &srcs, &[], &["-O0", "-lm", "-lpthread"]);
+    scatter(&b, &srcs, &[], &["-O2", "-lm", "-lpthread"]);
+    let (ao, bo) = (a.to_str().unwrap(), b.to_str().unwrap());
+
+    let (code, err) = bunkai_fails(&["group", bo, "--threshold", "4KiB"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("bunkai group: ") && err.contains("no profile") && err.contains("bunkai profile"), "{err}");
+
+    let p = run_with_stdin(&mut bunkai_cmd(&["profile", ao, "--", d.path().join("x.txt").to_str().unwrap()]), None);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    // --append merges a second run: the count of runs goes up, ids stay unique.
+    let p = run_with_stdin(&mut bunkai_cmd(&["profile", ao, "--append", "--", d.path().join("y.txt").to_str().unwrap()]), None);
+    assert!(p.status.success());
+    let prof = std::fs::read_to_string(a.join("profile")).unwrap();
+    assert!(prof.contains("\nruns 2\n"), "{prof}");
+
+    // A profile of another build is refused, with what to do.
+    std::fs::copy(a.join("profile"), b.join("profile")).unwrap();
+    let (_, err) = bunkai_fails(&["group", bo, "--threshold", "4KiB"]);
+    assert!(err.contains("another build") && err.contains("profile again"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!b.join("lib/features/groups.map").exists());
+
+    // A damaged profile too.
+    std::fs::write(b.join("profile"), "format bunkai-profile/1\nbuild zz\n").unwrap();
+    let (_, err) = bunkai_fails(&["group", bo]);
+    assert!(err.contains("damaged"), "{err}");
+
+    // Bad thresholds and URLs: one line each.
+    let (code, err) = bunkai_fails(&["group", ao, "--threshold", "lots"]);
+    assert_eq!((code, err.lines().count()), (1, 1), "{err}");
+    let (_, err) = bunkai_fails(&["run", "ftp://example/x"]);
+    assert!(err.starts_with("bunkai run: ") && err.contains("http://"), "{err}");
+    let (_, err) = bunkai_fails(&["serve", d.path().to_str().unwrap(), "--listen", "127.0.0.1:0"]);
+    assert!(err.contains("not a scatter output"), "{err}");
+
+    // Grouped at a tiny threshold the program still behaves the same.
+    bunkai_ok(&["group", ao, "--threshold", "1KiB"]);
+    let orig = a.join("original/features");
+    let f1 = d.path().join("o1.txt");
+    let f2 = d.path().join("o2.txt");
+    let want = behaviour(run_with_stdin(Command::new(&orig).arg(&f1), None));
+    let got = behaviour(run_with_stdin(Command::new(a.join("bin/features")).arg(&f2), None));
+    assert_eq!(want, got);
+    assert!(a.join("lib/features/g1.so").exists());
+
+    // A damaged group map is one clear error, not a crash.
+    let map = a.join("lib/features/groups.map");
+    let mut m = std::fs::read(&map).unwrap();
+    m.truncate(m.len() - 3);
+    std::fs::write(&map, m).unwrap();
+    let r = run_with_stdin(Command::new(a.join("bin/features")).arg(&f2), None);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(127), "{err}");
+    assert!(err.contains("groups.map") && err.contains("rerun bunkai group"), "{err}");
+}
