@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reproduces the paper's Tables 3, 4 and 5 (seed 000, §7.1) for bunkai
-scatter, with the paper's figures beside ours, measured in one run.
+"""Reproduces the paper's Tables 3, 4 and 5 (seed 000, §7.1) and 6 and 7
+(§7.2, grouping) for bunkai scatter, with the paper's figures beside ours,
+measured in one run.
 
     tables.py [--quick] [--out bench/results/scatter.md] [--work DIR]
 
@@ -27,6 +28,8 @@ BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 PROGS = os.path.join(ROOT, "tests/programs")
 SQLITE = os.path.join(ROOT, "build/third_party/sqlite")
 VIM = os.path.join(ROOT, "build/third_party/vim")
+ABI = int(next(l.split()[2] for l in open(os.path.join(ROOT, "scatter/include/bunkai_scatter.h"))
+               if l.startswith("#define BUNKAI_SCATTER_ABI")))
 
 # The paper's figures (KiB, counts, ms).
 PAPER_T3 = {  # launcher KiB, original KiB, ratio %
@@ -41,6 +44,18 @@ PAPER_T5 = {  # scattered ms, original ms, ratio %
     "Vim-init": (2289, 2022, 113.2), "SQLite3-init": (15, 4, 402.9),
     "SQLite3-query": (34575, 34173, 101.2), "demo1": (4, 1, 453.4),
     "demo2": (23927, 23488, 101.9)}
+PAPER_T6 = {  # grouped launcher KiB, per-function launcher KiB, ratio %
+    "Vim": (418, 417, 100.3), "Ruby": (483, 479, 100.7), "SQLite3": (125, 125, 100.0),
+    "demo1": (3206, 3205, 100.0), "demo2": (6, 5, 122.7)}
+PAPER_T7 = {  # (program, threshold KiB): libraries, total KiB, original KiB, ratio %
+    ("Vim", 32): (224, 3785, 2059, 183.9), ("Vim", 64): (107, 3309, 2059, 160.7),
+    ("Vim", 128): (53, 3078, 2059, 149.5),
+    ("SQLite3", 32): (71, 2087, 772, 270.3), ("SQLite3", 64): (35, 1967, 772, 254.8),
+    ("SQLite3", 128): (17, 1895, 772, 245.5),
+    ("demo1", 32): (225, 8183, 12291, 66.6), ("demo1", 64): (113, 7914, 12291, 64.4),
+    ("demo1", 128): (57, 7779, 12291, 63.3),
+    ("demo2", 32): (1, 3, 3, 85.3), ("demo2", 64): (1, 3, 3, 85.3), ("demo2", 128): (1, 3, 3, 85.3)}
+THRESHOLDS = (32, 64, 128)
 
 
 def log(msg):
@@ -56,9 +71,11 @@ def sh(cmd, **kw):
 
 def scatter(out, inputs, flags, extra=()):
     if os.path.exists(os.path.join(out, "manifest.json")):
-        # Reuse only if it was built from the same inputs and flags.
+        # Reuse only if it was built from the same inputs and flags by a
+        # bunkai of the same scatter ABI.
         m = json.load(open(os.path.join(out, "manifest.json")))
-        if m["inputs"] == list(inputs) and m["clang_flags"] == list(flags):
+        if (m["inputs"] == list(inputs) and m["clang_flags"] == list(flags)
+                and m.get("abi") == ABI):
             return
     t = time.time()
     sh([BUNKAI, "scatter", "-o", out, *extra, *inputs, "--", *flags])
@@ -163,6 +180,41 @@ def main():
         t5.append(("Vim-init", *compare(lambda: ["bash", vw, w("vim", "original", "vim")],
                                         lambda: ["bash", vw, w("vim", "bin", "vim")], reps)))
 
+    # --- grouping (Tables 6 and 7) -----------------------------------------
+    # Each program is profiled with its own workloads (§5.1's tracing run),
+    # then grouped at each threshold. Grouping adds files to an output but
+    # leaves its per-function libraries alone, so Tables 3-5 are unaffected.
+    def profile(k, cmd, stdin=None, via=False):
+        f = open(stdin) if stdin else subprocess.DEVNULL
+        append = ["--append"] if os.path.exists(w(k, "profile")) else []
+        sh([BUNKAI, "profile", w(k), *append, *(["--via"] if via else []), "--", *cmd],
+           stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    grouped = [("SQLite3", "sqlite3"), ("demo1", "demo1"), ("demo2", "demo2")]
+    if have_vim:
+        grouped.insert(0, ("Vim", "vim"))
+    for _, k in grouped:
+        if os.path.exists(w(k, "profile")):
+            os.unlink(w(k, "profile"))
+    rm_db()
+    profile("sqlite3", ["bash", init_sh, w("sqlite3", "bin", "sqlite3"), db], via=True)
+    rm_db()
+    profile("sqlite3", [db], stdin=query)
+    rm_db()
+    profile("demo1", [])
+    profile("demo2", ["1000"])
+    if have_vim:
+        profile("vim", ["bash", os.path.join(PROGS, "vim/workload.sh"), w("vim", "bin", "vim")], via=True)
+    t7 = []
+    for label, k in grouped:
+        for th in THRESHOLDS:
+            t = time.time()
+            r = sh([BUNKAI, "group", w(k), "--threshold", f"{th}KiB", "--json"],
+                   capture_output=True, text=True)
+            g = json.loads(r.stdout)
+            log(f"grouped {k} at {th} KiB: {g['groups']} groups in {time.time() - t:.0f} s")
+            t7.append((label, k, th, g))
+
     # --- render -------------------------------------------------------------
     kib = lambda b: f"{b / 1024:,.0f}"
 
@@ -170,7 +222,7 @@ def main():
         """The paper's figures for a row, or dashes when it has none."""
         return "| " + " | ".join(cols if p else ["-"] * len(cols))
     L = []
-    L.append("# bunkai scatter: the paper's Tables 3-5, reproduced\n")
+    L.append("# bunkai scatter: the paper's Tables 3-7, reproduced\n")
     L.append(f"Generated by `make bench` (bench/scatter/tables.py{' --quick' if a.quick else ''}) "
              f"on {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, "
              f"{os.uname().release}. Paper: Fedora 14 32-bit, Core2 Duo E6850, clang 1.1/LLVM 2.7, "
@@ -202,6 +254,32 @@ def main():
         p = PAPER_T5.get(label)
         ps = paper_cols(p, *([f"{p[0]:,}", f"{p[1]:,}", f"{p[2]}%"] if p else ["", "", ""]))
         L.append(f"| {label} | {s:,.1f} | {o:,.1f} | {100 * s / o:.1f}% | {s - o:+,.1f} {ps} |")
+    L.append("\n## Table 6: launcher size, grouped vs one library per function\n")
+    L.append("Grouping changes no byte of the launcher: the manager always carries the group, "
+             "handle and function tables of §5.2 and uses them when the group map file exists "
+             "(the paper rebuilt its launcher, hence its small growth).\n")
+    L.append("| program | grouped [KiB] | per function [KiB] | ratio | paper grouped [KiB] | paper per function [KiB] | paper ratio |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|")
+    for label, k in grouped:
+        g = next(g for l, kk, th, g in t7 if kk == k and th == 64)
+        per_fn = st[k]["launcher_bytes"]
+        p = PAPER_T6.get(label)
+        ps = paper_cols(p, *([f"{p[0]:,}", f"{p[1]:,}", f"{p[2]}%"] if p else ["", "", ""]))
+        L.append(f"| {label} | {kib(g['launcher_bytes'])} | {kib(per_fn)} | "
+                 f"{100 * g['launcher_bytes'] / per_fn:.1f}% {ps} |")
+    L.append("\n## Table 7: total library size, grouped\n")
+    L.append("Profiles: SQLite3-init + SQLite3-query (the shell), demo1, demo2 (1,000), Vim-init. "
+             "The last columns are ours only: the zstd -19 compressed groups against the "
+             "compressed original (what travels over a network, §6.2).\n")
+    L.append("| program | threshold [KiB] | libraries | total [KiB] | original [KiB] | ratio | "
+             "paper libraries | paper total [KiB] | paper ratio | compressed [KiB] | compressed ratio |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, k, th, g in t7:
+        p = PAPER_T7.get((label, th))
+        ps = paper_cols(p, *([f"{p[0]:,}", f"{p[1]:,}", f"{p[3]}%"] if p else ["", "", ""]))
+        L.append(f"| {label} | {th} | {g['groups']:,} | {kib(g['group_bytes'])} | {kib(g['original_bytes'])} | "
+                 f"{100 * g['group_bytes'] / g['original_bytes']:.1f}% {ps} | {kib(g['group_zst_bytes'])} | "
+                 f"{100 * g['group_zst_bytes'] / g['original_zst_bytes']:.1f}% |")
     L.append("")
     sq = st["sqlite3"]
     lib = st["libsqlite3"]
@@ -215,6 +293,11 @@ def main():
     s, o = q["SQLite3-init"]
     L.append(f"- added start-up time, SQLite3-init: {s - o:+.1f} ms (paper +11 ms); demo1: "
              f"{q['demo1'][0] - q['demo1'][1]:+.1f} ms (paper +3 ms)")
+    for label, k, th, g in t7:
+        if th == 64:
+            r = 100 * g["group_zst_bytes"] / g["original_zst_bytes"]
+            L.append(f"- {label} groups at 64 KiB, compressed: {r:.1f}% of the compressed original "
+                     f"(target <= 150%) {'PASS' if r <= 150 else 'MISS'}")
     if a.quick:
         L.append("\n(--quick: fewer repetitions and demo2 with 100,000 outer iterations instead of 1,000,000.)")
     text = "\n".join(L) + "\n"

@@ -109,6 +109,9 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     let name = cli.cmd.name();
+    if matches!(cli.cmd, Cmd::Scatter(_) | Cmd::Group(_)) {
+        bunkai_scatter::util::install_interrupt_cleanup(name);
+    }
     let result = match cli.cmd {
         Cmd::Scatter(a) => scatter::run(a),
         Cmd::Stats(a) => scatter::stats(a),

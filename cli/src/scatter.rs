@@ -111,7 +111,8 @@ pub fn stats(a: StatsArgs) -> Result<ExitCode> {
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   bunkai profile out -- -init /dev/null db.sqlite < workload.sql
-  bunkai profile out --append -- other args     # merge a second run")]
+  bunkai profile out --append -- other args     # merge a second run
+  bunkai profile out --via -- ./workload.sh out/bin/sqlite3 db")]
 pub struct ProfileArgs {
     /// A scatter output directory
     #[arg(value_name = "OUT")]
@@ -119,6 +120,9 @@ pub struct ProfileArgs {
     /// Merge this run into an existing profile instead of replacing it
     #[arg(long)]
     pub append: bool,
+    /// ARGS is a whole command that runs the launcher (e.g. a workload script); implied for --lib outputs
+    #[arg(long)]
+    pub via: bool,
     /// Arguments for the program (for a --lib output: the command that loads it)
     #[arg(last = true, value_name = "ARGS")]
     pub args: Vec<String>,
@@ -190,7 +194,7 @@ pub struct RunArgs {
 }
 
 pub fn profile(a: ProfileArgs) -> Result<ExitCode> {
-    let r = bunkai_scatter::profile::record(&a.out, a.append, &a.args)?;
+    let r = bunkai_scatter::profile::record(&a.out, a.append, a.via, &a.args)?;
     eprintln!(
         "bunkai profile: {} functions called ({} new), {} run(s) in {}/profile; the program {}",
         r.functions,

@@ -129,6 +129,7 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
         .tempdir_in(parent)
         .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
     let root = tmp.path().to_path_buf();
+    let _cleanup = crate::util::remove_on_interrupt(&root);
     let work = root.join("work");
     let split = work.join("split");
     std::fs::create_dir_all(&split)?;

@@ -174,6 +174,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
         .prefix(".bunkai-group-")
         .tempdir_in(out)
         .with_context(|| format!("cannot write in {}", out.display()))?;
+    let _cleanup = crate::util::remove_on_interrupt(tmp.path());
     let template = lower::link_template(&tc, tmp.path(), &library_link_flags(&m.clang_flags))?;
     let mut jobs = Vec::new();
     for (gid, fs) in plan.iter().enumerate() {

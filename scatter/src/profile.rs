@@ -163,7 +163,10 @@ pub struct Recorded {
 
 /// Runs the program once with the manager recording first calls and merges
 /// the result into OUT/profile (`append`) or replaces it.
-pub fn record(out: &Path, append: bool, args: &[String]) -> Result<Recorded> {
+/// `via`: `args` is a whole command that runs the launcher (a workload
+/// script, or a program that loads a scattered library); the variable is
+/// inherited by its children.
+pub fn record(out: &Path, append: bool, via: bool, args: &[String]) -> Result<Recorded> {
     let m = Manifest::read(out)?;
     let build = build_id(out, &m)?;
     let mut base = if append && out.join(PROFILE).exists() {
@@ -175,14 +178,14 @@ pub fn record(out: &Path, append: bool, args: &[String]) -> Result<Recorded> {
         .prefix(".bunkai-profile-")
         .tempfile_in(out)
         .with_context(|| format!("cannot write in {}", out.display()))?;
-    let mut cmd = if m.kind == "exe" {
+    let mut cmd = if m.kind == "exe" && !via {
         let mut c = Command::new(out.join(&m.launcher));
         c.args(args);
         c
     } else {
         // A launcher library is profiled through a program that loads it.
         let Some((prog, rest)) = args.split_first() else {
-            bail!("{} is a scattered library: give the command that loads it after --", m.name);
+            bail!("give the command that runs {} after --", m.name);
         };
         let mut c = Command::new(prog);
         c.args(rest);

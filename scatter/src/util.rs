@@ -2,7 +2,8 @@
 
 use anyhow::{Context, Result};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Writes `data` to `path` through a temporary file in the same directory
 /// and a rename, so readers see the old file or the new one, never a part.
@@ -17,6 +18,37 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     tmp.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+/// Directories to remove if the user interrupts us (Ctrl-C, SIGTERM): the
+/// temporary build directories of scatter and group.
+static IN_PROGRESS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Registers `dir` for removal on interrupt until the guard is dropped.
+pub struct InterruptCleanup(PathBuf);
+
+pub fn remove_on_interrupt(dir: &Path) -> InterruptCleanup {
+    IN_PROGRESS.lock().unwrap().push(dir.to_path_buf());
+    InterruptCleanup(dir.to_path_buf())
+}
+
+impl Drop for InterruptCleanup {
+    fn drop(&mut self) {
+        IN_PROGRESS.lock().unwrap().retain(|p| p != &self.0);
+    }
+}
+
+/// Installs the SIGINT/SIGTERM handler that removes the registered
+/// directories and exits 130, so an interrupted run leaves nothing behind.
+pub fn install_interrupt_cleanup(who: &'static str) {
+    let _ = ctrlc::set_handler(move || {
+        let dirs: Vec<PathBuf> = IN_PROGRESS.lock().map(|v| v.clone()).unwrap_or_default();
+        for d in &dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        eprintln!("bunkai {who}: interrupted; removed the unfinished output");
+        std::process::exit(130);
+    });
 }
 
 /// Size of a file in bytes (0 when it is missing).
