@@ -4,6 +4,8 @@
 //! library crate. Errors print as one line, `bunkai <subcommand>: <what>
 //! (<fix>)`, and exit non-zero.
 
+mod modbench;
+mod modcmd;
 mod planned;
 mod scatter;
 
@@ -45,8 +47,8 @@ enum Cmd {
     Share(planned::Args),
     /// Follow data through threads and processes with aspects (planned)
     Flow(planned::Args),
-    /// Load code modules into a running host (planned)
-    Mod(planned::Args),
+    /// DKM: check, link and load code modules into a running host; unload, swap, predict
+    Mod(modcmd::Args),
 }
 
 impl Cmd {
@@ -119,7 +121,8 @@ fn main() -> ExitCode {
         Cmd::Group(a) => scatter::group(a),
         Cmd::Serve(a) => scatter::serve(a),
         Cmd::Run(a) => scatter::run_remote(a),
-        Cmd::Trace(a) | Cmd::Share(a) | Cmd::Flow(a) | Cmd::Mod(a) => planned::run(a),
+        Cmd::Mod(a) => modcmd::run(a),
+        Cmd::Trace(a) | Cmd::Share(a) | Cmd::Flow(a) => planned::run(a),
     };
     match result {
         Ok(code) => code,

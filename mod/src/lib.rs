@@ -1,0 +1,51 @@
+//! bunkai mod: DKM's module server (Hattori, Oikawa & Tokuda, seed 004) for
+//! a running host process instead of the RT-Mach kernel.
+//!
+//! - meta.rs: a module's metadata (name, version, interfaces implemented and
+//!   required) from its `.bunkai_mod` section; interface hashes.
+//! - link.rs: our linker for x86-64 relocatable objects: pre-link (sizes from
+//!   the section headers), link (symbols, relocations, PLT and GOT).
+//! - proto.rs: the wire protocol to libbunkai-host (mod/include/bunkai_mod.h).
+//! - server.rs: load (DKM's seven stages, each timed), unload, swap, list.
+//! - model.rs: the load-time model of §4 (a linear fit per stage).
+
+pub mod link;
+pub mod meta;
+pub mod model;
+pub mod proto;
+pub mod server;
+
+/// BUNKAI_MOD_ABI in mod/include/bunkai_mod.h.
+pub const ABI: u32 = 1;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn abi_and_messages_match_the_shared_header() {
+        let h = include_str!("../include/bunkai_mod.h");
+        let def = |name: &str| -> u32 {
+            let l = h
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} in header"));
+            l.split_whitespace().nth(2).unwrap().parse().unwrap()
+        };
+        assert_eq!(def("BUNKAI_MOD_ABI"), super::ABI);
+        use crate::proto::Msg;
+        for (name, m) in [
+            ("BUNKAI_MSG_HELLO", Msg::Hello),
+            ("BUNKAI_MSG_RESOLVE", Msg::Resolve),
+            ("BUNKAI_MSG_ALLOC", Msg::Alloc),
+            ("BUNKAI_MSG_WRITE", Msg::Write),
+            ("BUNKAI_MSG_PROTECT", Msg::Protect),
+            ("BUNKAI_MSG_COMMIT", Msg::Commit),
+            ("BUNKAI_MSG_UNLOAD", Msg::Unload),
+            ("BUNKAI_MSG_EVICT", Msg::Evict),
+            ("BUNKAI_MSG_OK", Msg::Ok),
+            ("BUNKAI_MSG_ERR", Msg::Err),
+        ] {
+            assert_eq!(def(name), m as u32, "{name}");
+        }
+        assert!(h.contains(&format!("#define BUNKAI_MOD_SECTION \"{}\"", crate::meta::SECTION)));
+    }
+}

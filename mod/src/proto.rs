@@ -1,0 +1,238 @@
+//! The server's side of the wire protocol to libbunkai-host (layout in
+//! mod/include/bunkai_mod.h). One connection is one transaction: dropping a
+//! `Host` before commit makes the host undo what this connection staged.
+
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(u32)]
+pub enum Msg {
+    Hello = 1,
+    Resolve = 2,
+    Alloc = 3,
+    Write = 4,
+    Protect = 5,
+    Commit = 6,
+    Unload = 7,
+    Evict = 8,
+    Ok = 100,
+    Err = 101,
+}
+
+pub struct Host {
+    sock: UnixStream,
+    pub path: PathBuf,
+}
+
+/// What HELLO says about the host.
+#[derive(Debug, Clone)]
+pub struct HostState {
+    pub pid: u32,
+    pub budget: u64,
+    pub used: u64,
+    /// Interfaces the host calls: (name, text).
+    pub expects: Vec<(String, String)>,
+    /// Loaded modules: (id, address, bytes, blob).
+    pub modules: Vec<(u32, u64, u64, Vec<u8>)>,
+}
+
+#[derive(Default)]
+pub struct Out(pub Vec<u8>);
+
+impl Out {
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+        self
+    }
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        self.bytes(s.as_bytes())
+    }
+}
+
+pub struct In<'a> {
+    b: &'a [u8],
+    off: usize,
+}
+
+impl<'a> In<'a> {
+    pub fn new(b: &'a [u8]) -> In<'a> {
+        In { b, off: 0 }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.off + n > self.b.len() {
+            bail!("the host sent a short reply (is it the same bunkai version?)");
+        }
+        let s = &self.b[self.off..self.off + n];
+        self.off += n;
+        Ok(s)
+    }
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    pub fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    pub fn string(&mut self) -> Result<String> {
+        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+}
+
+/// The default socket of host `pid` (what bunkai_host_start(NULL) uses).
+pub fn default_socket(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/bunkai-mod-{}/{pid}.sock", unsafe_getuid()))
+}
+
+fn unsafe_getuid() -> u32 {
+    // The uid of this process, from /proc (no libc crate needed).
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|u| u.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Sockets of running hosts in the default directory.
+pub fn running_hosts() -> Vec<PathBuf> {
+    let dir = PathBuf::from(format!("/tmp/bunkai-mod-{}", unsafe_getuid()));
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().map_or(false, |e| e == "sock"))
+                .filter(|p| {
+                    p.file_stem()
+                        .and_then(|s| s.to_str())
+                        .and_then(|s| s.parse::<u32>().ok())
+                        .map_or(false, |pid| Path::new(&format!("/proc/{pid}")).exists())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+impl Host {
+    pub fn connect(path: &Path) -> Result<Host> {
+        let sock = UnixStream::connect(path).with_context(|| {
+            format!("cannot reach the host at {} (is it running with libbunkai-host started?)", path.display())
+        })?;
+        // A host that stops answering must not hang us.
+        sock.set_read_timeout(Some(Duration::from_secs(30)))?;
+        sock.set_write_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Host { sock, path: path.to_path_buf() })
+    }
+
+    pub fn call(&mut self, t: Msg, body: &Out) -> Result<Vec<u8>> {
+        let mut hdr = Vec::with_capacity(8 + body.0.len());
+        hdr.extend_from_slice(&((4 + body.0.len()) as u32).to_le_bytes());
+        hdr.extend_from_slice(&(t as u32).to_le_bytes());
+        hdr.extend_from_slice(&body.0);
+        self.sock.write_all(&hdr).map_err(|e| self.gone(e))?;
+        let mut h = [0u8; 8];
+        self.sock.read_exact(&mut h).map_err(|e| self.gone(e))?;
+        let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
+        let ty = u32::from_le_bytes(h[4..].try_into().unwrap());
+        if !(4..=1 << 28).contains(&len) {
+            bail!("the host sent a malformed reply");
+        }
+        let mut b = vec![0u8; len - 4];
+        self.sock.read_exact(&mut b).map_err(|e| self.gone(e))?;
+        match ty {
+            x if x == Msg::Ok as u32 => Ok(b),
+            x if x == Msg::Err as u32 => bail!("the host refused: {}", In::new(&b).string()?),
+            _ => bail!("the host sent an unknown reply type {ty}"),
+        }
+    }
+
+    fn gone(&self, e: std::io::Error) -> anyhow::Error {
+        anyhow::anyhow!("the host at {} stopped answering: {e} (it may have exited; nothing was changed)", self.path.display())
+    }
+
+    pub fn hello(&mut self) -> Result<HostState> {
+        let b = self.call(Msg::Hello, &Out::default())?;
+        let mut r = In::new(&b);
+        let abi = r.u32()?;
+        if abi != crate::ABI {
+            bail!("the host speaks module ABI {abi}, this bunkai {} (rebuild the host with this bunkai's libbunkai-host)", crate::ABI);
+        }
+        let pid = r.u32()?;
+        let budget = r.u64()?;
+        let used = r.u64()?;
+        let n = r.u32()?;
+        let mut expects = Vec::new();
+        for _ in 0..n {
+            expects.push((r.string()?, r.string()?));
+        }
+        let n = r.u32()?;
+        let mut modules = Vec::new();
+        for _ in 0..n {
+            let id = r.u32()?;
+            let addr = r.u64()?;
+            let len = r.u64()?;
+            modules.push((id, addr, len, r.bytes()?.to_vec()));
+        }
+        Ok(HostState { pid, budget, used, expects, modules })
+    }
+
+    pub fn resolve(&mut self, names: &[String]) -> Result<Vec<u64>> {
+        let mut o = Out::default();
+        o.u32(names.len() as u32);
+        for n in names {
+            o.str(n);
+        }
+        let b = self.call(Msg::Resolve, &o)?;
+        let mut r = In::new(&b);
+        names.iter().map(|_| r.u64()).collect()
+    }
+
+    /// Returns (rx address, rw address, host ns).
+    pub fn alloc(&mut self, rx: u64, rw: u64) -> Result<(u64, u64, u64)> {
+        let b = self.call(Msg::Alloc, Out::default().u64(rx).u64(rw))?;
+        let mut r = In::new(&b);
+        Ok((r.u64()?, r.u64()?, r.u64()?))
+    }
+
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<u64> {
+        let mut ns = 0;
+        // Chunks keep each message small; a 4 MB module is 4 messages.
+        for (i, chunk) in data.chunks(1 << 20).enumerate() {
+            let b = self.call(Msg::Write, Out::default().u64(addr + (i << 20) as u64).bytes(chunk))?;
+            ns += In::new(&b).u64()?;
+        }
+        Ok(ns)
+    }
+
+    pub fn protect(&mut self, rx: u64) -> Result<u64> {
+        let b = self.call(Msg::Protect, Out::default().u64(rx))?;
+        In::new(&b).u64()
+    }
+
+    pub fn evict(&mut self, id: u32) -> Result<()> {
+        self.call(Msg::Evict, Out::default().u32(id)).map(|_| ())
+    }
+
+    pub fn unload(&mut self, id: u32) -> Result<u64> {
+        let b = self.call(Msg::Unload, Out::default().u32(id))?;
+        In::new(&b).u64()
+    }
+}

@@ -1,0 +1,593 @@
+//! The module server's operations: load (DKM's stages, each timed), swap,
+//! unload, list. The host keeps the authoritative table of loaded modules
+//! (each with the JSON record below), so any `bunkai mod` invocation sees
+//! what earlier ones did; the host serves one connection at a time, so two
+//! invocations never interleave.
+
+use crate::link::{self, Module};
+use crate::meta::{self, Interface, Meta};
+use crate::proto::{Host, Msg, Out};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What the host keeps about each loaded module (the COMMIT blob).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Record {
+    pub name: String,
+    pub version: String,
+    pub file: String,
+    pub file_bytes: u64,
+    /// Code and data bytes (DKM's "data amount").
+    pub payload: u64,
+    pub rx: u64,
+    pub rw: u64,
+    pub implements: Vec<meta::Implements>,
+    pub requires: Vec<Interface>,
+    /// Modules this one needs (interfaces it requires, symbols it links to).
+    pub deps: Vec<String>,
+    /// Modules it links against by symbol (a swap must not pull these).
+    pub symbol_deps: Vec<String>,
+    /// Loaded as another module's dependency, not asked for by name.
+    pub auto: bool,
+    pub exports: BTreeMap<String, u64>,
+    pub loaded_at: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub id: u32,
+    pub addr: u64,
+    pub bytes: u64,
+    pub rec: Record,
+}
+
+/// Per-stage times of one module's load, in microseconds (Table 1).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stages {
+    pub check: f64,
+    pub deps: f64,
+    pub prelink: f64,
+    pub alloc: f64,
+    pub link: f64,
+    pub load: f64,
+    pub register: f64,
+    pub other: f64,
+    pub total: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadedReport {
+    pub name: String,
+    pub id: u32,
+    pub auto: bool,
+    pub payload: u64,
+    pub rx: u64,
+    pub rw: u64,
+    pub stages: Stages,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    pub modules: Vec<LoadedReport>,
+    pub evicted: Vec<String>,
+    pub replaced: Option<String>,
+    pub total_us: f64,
+    pub log: Vec<String>,
+}
+
+pub fn us(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+pub fn loaded_modules(st: &crate::proto::HostState) -> Result<Vec<Loaded>> {
+    st.modules
+        .iter()
+        .map(|(id, addr, bytes, blob)| {
+            let rec: Record = serde_json::from_slice(blob)
+                .map_err(|e| anyhow::anyhow!("the host's record of module {id} is unreadable: {e}"))?;
+            Ok(Loaded { id: *id, addr: *addr, bytes: *bytes, rec })
+        })
+        .collect()
+}
+
+/// A module file read and its metadata parsed.
+struct Candidate {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    meta: Meta,
+    auto: bool,
+}
+
+fn read_candidate(path: &Path, auto: bool) -> Result<Candidate> {
+    let bytes = link::read(path)?;
+    let meta = {
+        let m = Module::parse(&bytes).with_context(|| format!("{}", path.display()))?;
+        let data = m.meta_bytes().with_context(|| {
+            format!(
+                "{} has no {} section (declare BUNKAI_MODULE(name, version) from bunkai_mod.h in it)",
+                path.display(),
+                meta::SECTION
+            )
+        })?;
+        meta::parse(data).with_context(|| format!("{}", path.display()))?
+    };
+    Ok(Candidate { path: path.to_path_buf(), bytes, meta, auto })
+}
+
+/// Module files in the search directories, by interface they implement.
+fn search(dirs: &[PathBuf]) -> Vec<(PathBuf, Meta)> {
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(d) else { continue };
+        let mut files: Vec<PathBuf> =
+            rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().map_or(false, |e| e == "o")).collect();
+        files.sort();
+        for f in files {
+            if let Ok(c) = read_candidate(&f, true) {
+                out.push((f, c.meta));
+            }
+        }
+    }
+    out
+}
+
+/// Stage 1: interfaces. `replacing` is the module a swap takes out.
+fn check_interfaces(
+    c: &Candidate,
+    expects: &[(String, String)],
+    loaded: &[Loaded],
+    replacing: Option<&Loaded>,
+    module_functions: &[String],
+) -> Result<()> {
+    for imp in &c.meta.implements {
+        for s in &imp.symbols {
+            if !module_functions.contains(s) {
+                bail!("{}: implements {} with {s}, which the module does not define", c.meta.name, imp.iface.name);
+            }
+        }
+        if let Some((_, text)) = expects.iter().find(|(n, _)| *n == imp.iface.name) {
+            let host = meta::interface(&imp.iface.name, text);
+            if host.hash != imp.iface.hash {
+                bail!(
+                    "{}: {} (module hash {}, host {})",
+                    c.meta.name,
+                    meta::explain_mismatch(&imp.iface.name, &imp.iface.text, &host.text, "the host"),
+                    imp.iface.hash,
+                    host.hash
+                );
+            }
+        }
+        for l in loaded {
+            if replacing.map_or(false, |r| r.id == l.id) {
+                continue;
+            }
+            if let Some(req) = l.rec.requires.iter().find(|r| r.name == imp.iface.name) {
+                if req.hash != imp.iface.hash {
+                    bail!(
+                        "{}: {}",
+                        c.meta.name,
+                        meta::explain_mismatch(&imp.iface.name, &imp.iface.text, &req.text, &format!("module {}", l.rec.name))
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stage 2: the load order, dependencies first; cycles and missing
+/// providers are errors before anything is loaded.
+fn plan(
+    root: Candidate,
+    loaded: &[Loaded],
+    dirs: &[PathBuf],
+    replacing: Option<&Loaded>,
+    log: &mut Vec<String>,
+) -> Result<Vec<Candidate>> {
+    let mut found: Option<Vec<(PathBuf, Meta)>> = None;
+    let mut order: Vec<Candidate> = Vec::new();
+    let mut stack: Vec<String> = Vec::new();
+
+    fn visit(
+        c: Candidate,
+        loaded: &[Loaded],
+        dirs: &[PathBuf],
+        replacing: Option<&Loaded>,
+        found: &mut Option<Vec<(PathBuf, Meta)>>,
+        order: &mut Vec<Candidate>,
+        stack: &mut Vec<String>,
+        log: &mut Vec<String>,
+    ) -> Result<()> {
+        if stack.contains(&c.meta.name) {
+            stack.push(c.meta.name.clone());
+            bail!("dependency cycle: {}", stack.join(" -> "));
+        }
+        stack.push(c.meta.name.clone());
+        for req in c.meta.requires.clone() {
+            // A loaded provider (not the one a swap removes)?
+            let prov = loaded.iter().find(|l| {
+                replacing.map_or(true, |r| r.id != l.id) && l.rec.implements.iter().any(|i| i.iface.name == req.name)
+            });
+            if let Some(l) = prov {
+                let i = l.rec.implements.iter().find(|i| i.iface.name == req.name).unwrap();
+                if i.iface.hash != req.hash {
+                    bail!(
+                        "{}: {}",
+                        c.meta.name,
+                        meta::explain_mismatch(&req.name, &req.text, &i.iface.text, &format!("loaded module {}", l.rec.name))
+                    );
+                }
+                log.push(format!("{} requires {}: provided by loaded module {}", c.meta.name, req.name, l.rec.name));
+                continue;
+            }
+            if order.iter().any(|o| o.meta.implements.iter().any(|i| i.iface.name == req.name && i.iface.hash == req.hash)) {
+                continue;
+            }
+            let cands = found.get_or_insert_with(|| search(dirs));
+            let hit = cands
+                .iter()
+                .find(|(_, m)| m.implements.iter().any(|i| i.iface.name == req.name && i.iface.hash == req.hash))
+                .map(|(p, _)| p.clone());
+            let Some(path) = hit else {
+                let near = cands.iter().find(|(_, m)| m.implements.iter().any(|i| i.iface.name == req.name));
+                let dirs_s: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                match near {
+                    Some((p, _)) => bail!(
+                        "{} requires interface {} (hash {}), but {} implements a different version of it",
+                        c.meta.name,
+                        req.name,
+                        req.hash,
+                        p.display()
+                    ),
+                    None => bail!(
+                        "{} requires interface {}, which no loaded module implements and no module in [{}] provides (give -L DIR)",
+                        c.meta.name,
+                        req.name,
+                        dirs_s.join(", ")
+                    ),
+                }
+            };
+            log.push(format!("{} requires {}: loading {} first", c.meta.name, req.name, path.display()));
+            let dep = read_candidate(&path, true)?;
+            if loaded.iter().any(|l| l.rec.name == dep.meta.name) {
+                bail!("{} provides {} but a module named {} is already loaded", path.display(), req.name, dep.meta.name);
+            }
+            visit(dep, loaded, dirs, replacing, found, order, stack, log)?;
+        }
+        stack.pop();
+        order.push(c);
+        Ok(())
+    }
+    visit(root, loaded, dirs, replacing, &mut found, &mut order, &mut stack, log)?;
+    Ok(order)
+}
+
+fn page(n: u64) -> u64 {
+    n.max(1).div_ceil(4096) * 4096
+}
+
+pub struct LoadOptions<'a> {
+    pub file: &'a Path,
+    pub dirs: Vec<PathBuf>,
+    /// Swap: the loaded module the new one replaces.
+    pub replace: Option<&'a str>,
+}
+
+pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
+    let t_all = Instant::now();
+    let mut log = Vec::new();
+    let t_other = Instant::now();
+    let st = host.hello()?;
+    let loaded = loaded_modules(&st)?;
+    let other_hello = us(t_other);
+
+    // 1-2. Interface checks and the dependency plan.
+    let t = Instant::now();
+    let root = read_candidate(o.file, false)?;
+    let replacing = match o.replace {
+        Some(name) => {
+            let l = loaded
+                .iter()
+                .find(|l| l.rec.name == name)
+                .with_context(|| format!("no module named {name} is loaded (see bunkai mod list)"))?;
+            for imp in &l.rec.implements {
+                if !root.meta.implements.iter().any(|i| i.iface.name == imp.iface.name) {
+                    bail!("{} does not implement {}, which {name} provides: it cannot replace it", root.meta.name, imp.iface.name);
+                }
+            }
+            let users: Vec<&str> =
+                loaded.iter().filter(|x| x.rec.symbol_deps.iter().any(|d| d == name)).map(|x| x.rec.name.as_str()).collect();
+            if !users.is_empty() {
+                bail!("{} link against {name}'s symbols directly; unload them before swapping {name}", users.join(", "));
+            }
+            Some(l)
+        }
+        None => None,
+    };
+    if let Some(l) = loaded.iter().find(|l| l.rec.name == root.meta.name) {
+        if replacing.map_or(true, |r| r.id != l.id) {
+            bail!("a module named {} is already loaded (unload it, or bunkai mod swap {} {})", l.rec.name, l.rec.name, o.file.display());
+        }
+    }
+    let check_root_t = us(t);
+    let t = Instant::now();
+    let order = plan(root, &loaded, &o.dirs, replacing, &mut log)?;
+    let deps_t = us(t);
+    // Every module of the plan is checked before anything happens.
+    let t = Instant::now();
+    let mut parsed = Vec::new();
+    for c in &order {
+        let m = Module::parse(&c.bytes).with_context(|| format!("{}", c.path.display()))?;
+        check_interfaces(c, &st.expects, &loaded, replacing, &m.defined_functions())?;
+        if c.meta.implements.is_empty() && c.meta.requires.is_empty() {
+            log.push(format!("{}: implements no interface (only its symbols can be used)", c.meta.name));
+        }
+        parsed.push(m);
+    }
+    let check_t = check_root_t + us(t);
+
+    // 3. Pre-link: sizes from the headers.
+    let mut layouts = Vec::new();
+    let mut prelink_t = Vec::new();
+    for m in &parsed {
+        let t = Instant::now();
+        layouts.push(m.prelink()?);
+        prelink_t.push(us(t));
+    }
+
+    // Memory pressure: unneeded modules go first, as DKM's server does.
+    let need: u64 = layouts.iter().map(|l| page(l.rx_size) + page(l.rw_size)).sum();
+    let mut evicted = Vec::new();
+    if st.budget > 0 && st.used + need > st.budget {
+        let mut free = st.budget.saturating_sub(st.used);
+        let mut cands: Vec<&Loaded> = loaded
+            .iter()
+            .filter(|l| l.rec.auto && replacing.map_or(true, |r| r.id != l.id))
+            .filter(|l| !loaded.iter().any(|x| x.rec.deps.contains(&l.rec.name)))
+            .filter(|l| !order.iter().any(|c| c.meta.requires.iter().any(|r| l.rec.implements.iter().any(|i| i.iface.name == r.name))))
+            .collect();
+        cands.sort_by_key(|l| l.rec.loaded_at);
+        for l in cands {
+            if free >= need {
+                break;
+            }
+            host.evict(l.id)?;
+            free += l.bytes;
+            evicted.push(l.rec.name.clone());
+            log.push(format!("host short of memory: unloading unneeded module {} ({} bytes)", l.rec.name, l.bytes));
+        }
+        if free < need {
+            bail!(
+                "the host is out of module memory: {} of {} bytes in use, {need} needed{} (unload modules or raise the host's budget)",
+                st.used,
+                st.budget,
+                if evicted.is_empty() { String::new() } else { format!(" even after unloading {}", evicted.join(", ")) }
+            );
+        }
+    }
+
+    // 4-6. Allocation, link, load, module by module (dependencies first).
+    let mut staged: Vec<(Record, link::Image, Stages, u64, u64)> = Vec::new();
+    let mut exports: HashMap<String, (u64, String)> = HashMap::new();
+    for l in &loaded {
+        if replacing.map_or(false, |r| r.id == l.id) {
+            continue;
+        }
+        for (n, a) in &l.rec.exports {
+            exports.insert(n.clone(), (*a, l.rec.name.clone()));
+        }
+    }
+    for (k, (c, m)) in order.iter().zip(&parsed).enumerate() {
+        let lay = &layouts[k];
+        let mut s = Stages { prelink: prelink_t[k], ..Default::default() };
+        let t = Instant::now();
+        let (rx, rw, _) = host.alloc(lay.rx_size, lay.rw_size)?;
+        s.alloc = us(t);
+        let t = Instant::now();
+        let mut resolve = HashMap::new();
+        let mut symbol_deps = Vec::new();
+        let mut ask = Vec::new();
+        for (name, _) in m.undefined() {
+            match exports.get(&name) {
+                Some((a, owner)) => {
+                    resolve.insert(name, *a);
+                    if !symbol_deps.contains(owner) {
+                        symbol_deps.push(owner.clone());
+                    }
+                }
+                None => ask.push(name),
+            }
+        }
+        if !ask.is_empty() {
+            for (n, a) in ask.iter().zip(host.resolve(&ask)?) {
+                resolve.insert(n.clone(), a);
+            }
+        }
+        let img = m.link(lay, rx, rw, &resolve).with_context(|| format!("{}", c.path.display()))?;
+        s.link = us(t);
+        let t = Instant::now();
+        host.write(rx, &img.rx)?;
+        if !img.rw.is_empty() {
+            host.write(rw, &img.rw)?;
+        }
+        host.protect(rx)?;
+        s.load = us(t);
+        let mut deps: Vec<String> = symbol_deps.clone();
+        for req in &c.meta.requires {
+            let from_loaded = loaded.iter().find(|l| {
+                replacing.map_or(true, |r| r.id != l.id) && l.rec.implements.iter().any(|i| i.iface.name == req.name)
+            });
+            let from_plan = order[..k].iter().find(|o| o.meta.implements.iter().any(|i| i.iface.name == req.name));
+            if let Some(n) = from_loaded.map(|l| l.rec.name.clone()).or(from_plan.map(|o| o.meta.name.clone())) {
+                if !deps.contains(&n) {
+                    deps.push(n);
+                }
+            }
+        }
+        let mut exp = BTreeMap::new();
+        for (n, (a, global)) in &img.symbols {
+            if *global {
+                exp.insert(n.clone(), *a);
+                exports.insert(n.clone(), (*a, c.meta.name.clone()));
+            }
+        }
+        let rec = Record {
+            name: c.meta.name.clone(),
+            version: c.meta.version.clone(),
+            file: c.path.canonicalize().unwrap_or(c.path.clone()).display().to_string(),
+            file_bytes: c.bytes.len() as u64,
+            payload: lay.payload,
+            rx: lay.rx_size,
+            rw: lay.rw_size,
+            implements: c.meta.implements.clone(),
+            requires: c.meta.requires.clone(),
+            deps,
+            symbol_deps,
+            auto: c.auto,
+            exports: exp,
+            loaded_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        };
+        staged.push((rec, img, s, rx, rw));
+    }
+
+    // 7. Registration, in dependency order; a failure unloads what this
+    // load registered, and dropping the connection frees the rest.
+    let mut done: Vec<(u32, String)> = Vec::new();
+    let mut reports = Vec::new();
+    let n_mod = staged.len();
+    for (k, (rec, img, mut s, rx, rw)) in staged.into_iter().enumerate() {
+        let t = Instant::now();
+        let c = &order[k];
+        let sym = |n: &str| -> Result<u64> {
+            img.symbols.get(n).map(|(a, _)| *a).with_context(|| format!("{}: symbol {n} is not defined", rec.name))
+        };
+        let init = c.meta.init.as_deref().map(sym).transpose()?.unwrap_or(0);
+        let exit = c.meta.exit.as_deref().map(sym).transpose()?.unwrap_or(0);
+        let mut body = Out::default();
+        let replace_id = if k + 1 == n_mod { replacing.map_or(0, |r| r.id) } else { 0 };
+        body.u32(replace_id).bytes(&serde_json::to_vec(&rec)?).u64(rx).u64(rw).u64(init).u64(exit);
+        body.u32(rec.implements.len() as u32);
+        for imp in &rec.implements {
+            body.str(&imp.iface.name).u32(imp.symbols.len() as u32);
+            let names = meta::prototypes(&imp.iface.text);
+            for (j, s) in imp.symbols.iter().enumerate() {
+                body.str(names.get(j).map(|(n, _)| n.as_str()).unwrap_or(s)).u64(sym(s)?);
+            }
+        }
+        let reply = host.call(Msg::Commit, &body);
+        let b = match reply {
+            Ok(b) => b,
+            Err(e) => {
+                for (id, name) in done.iter().rev() {
+                    let _ = host.unload(*id);
+                    log.push(format!("rolled back {name}"));
+                }
+                return Err(e.context(format!("registering {}", rec.name)));
+            }
+        };
+        let mut r = crate::proto::In::new(&b);
+        let id = r.u32()?;
+        s.register = us(t);
+        done.push((id, rec.name.clone()));
+        reports.push(LoadedReport { name: rec.name.clone(), id, auto: rec.auto, payload: rec.payload, rx: rec.rx, rw: rec.rw, stages: s });
+    }
+    let total = us(t_all);
+    // The checks and the dependency walk are charged to the module asked
+    // for (the last one); "other" is the rest of the wall time: connecting,
+    // HELLO, reading the files. Dependencies' totals are their own stages.
+    let n = reports.len();
+    let mut deps_sum = 0.0;
+    for (k, r) in reports.iter_mut().enumerate() {
+        let st = &mut r.stages;
+        if k + 1 == n {
+            st.check = check_t;
+            st.deps = deps_t;
+        }
+        let sum = st.check + st.deps + st.prelink + st.alloc + st.link + st.load + st.register;
+        if k + 1 == n {
+            st.other = (total - deps_sum - sum).max(0.0);
+            st.total = total - deps_sum;
+        } else {
+            st.total = sum;
+            deps_sum += sum;
+        }
+    }
+    log.push(format!("HELLO took {other_hello:.0} us"));
+    Ok(LoadReport {
+        modules: reports,
+        evicted,
+        replaced: replacing.map(|r| r.rec.name.clone()),
+        total_us: total,
+        log,
+    })
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct UnloadReport {
+    pub unloaded: Vec<(String, f64)>,
+    pub total_us: f64,
+}
+
+pub fn unload(host: &mut Host, name: &str, cascade: bool) -> Result<UnloadReport> {
+    let t_all = Instant::now();
+    let st = host.hello()?;
+    let loaded = loaded_modules(&st)?;
+    if !loaded.iter().any(|l| l.rec.name == name) {
+        bail!("no module named {name} is loaded (see bunkai mod list)");
+    }
+    // Dependents first, deepest first.
+    let mut order: Vec<String> = Vec::new();
+    fn collect(name: &str, loaded: &[Loaded], order: &mut Vec<String>, seen: &mut HashSet<String>) {
+        if !seen.insert(name.to_string()) {
+            return;
+        }
+        for l in loaded.iter().filter(|l| l.rec.deps.iter().any(|d| d == name)) {
+            collect(&l.rec.name, loaded, order, seen);
+        }
+        order.push(name.to_string());
+    }
+    let users: Vec<&str> =
+        loaded.iter().filter(|l| l.rec.deps.iter().any(|d| d == name)).map(|l| l.rec.name.as_str()).collect();
+    if !users.is_empty() && !cascade {
+        bail!("{name} is needed by {} (unload them first, or use --cascade)", users.join(", "));
+    }
+    collect(name, &loaded, &mut order, &mut HashSet::new());
+    let mut out = Vec::new();
+    for n in order {
+        let l = loaded.iter().find(|l| l.rec.name == n).unwrap();
+        let t = Instant::now();
+        host.unload(l.id)?;
+        out.push((n, us(t)));
+    }
+    Ok(UnloadReport { unloaded: out, total_us: us(t_all) })
+}
+
+/// Info about a module file without loading it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileInfo {
+    pub file: String,
+    pub meta: Meta,
+    pub file_bytes: u64,
+    pub payload: u64,
+    pub rx: u64,
+    pub rw: u64,
+    pub undefined: Vec<String>,
+}
+
+pub fn file_info(path: &Path) -> Result<FileInfo> {
+    let c = read_candidate(path, false)?;
+    let m = Module::parse(&c.bytes)?;
+    let lay = m.prelink()?;
+    Ok(FileInfo {
+        file: path.display().to_string(),
+        meta: c.meta.clone(),
+        file_bytes: c.bytes.len() as u64,
+        payload: lay.payload,
+        rx: lay.rx_size,
+        rw: lay.rw_size,
+        undefined: m.undefined().into_iter().map(|(n, _)| n).collect(),
+    })
+}
