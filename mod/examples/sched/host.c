@@ -4,7 +4,9 @@
  * loaded, swapped and unloaded; with no policy it uses a built-in FIFO.
  *
  *   sched-host [--rounds N] [--jobs N] [--pace-us N] [--budget BYTES]
- *              [--socket PATH]
+ *              [--socket PATH] [--wait-policy]
+ *
+ * --wait-policy: start the first round only once a policy is loaded.
  *
  * Prints "socket PATH" once it is ready, then one line per round:
  *   round R policy NAME decisions D bad B hash H turnaround T misses M
@@ -49,6 +51,7 @@ int main(int argc, char **argv) {
   long rounds = 0, njobs = 200, pace_us = 1000;
   unsigned long budget = 0;
   const char *sock = NULL;
+  int wait_policy = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -62,6 +65,8 @@ int main(int argc, char **argv) {
       budget = strtoul(v, NULL, 0), i++;
     else if (!strcmp(a, "--socket") && v)
       sock = v, i++;
+    else if (!strcmp(a, "--wait-policy"))
+      wait_policy = 1;
     else {
       fprintf(stderr, "sched-host: unknown option %s (see the comment at the top of host.c)\n", a);
       return 2;
@@ -82,6 +87,15 @@ int main(int argc, char **argv) {
   printf("socket %s\n", bunkai_host_socket());
   fflush(stdout);
   bunkai_iface_t *policy = bunkai_iface("sched_policy");
+  while (wait_policy && !stop) {
+    struct bunkai_guard g;
+    const void *p = bunkai_acquire(policy, &g);
+    bunkai_release(&g);
+    if (p)
+      break;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
 
   static struct job all[MAXJOBS], ready[MAXJOBS];
   static int where[MAXJOBS];
