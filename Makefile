@@ -48,6 +48,8 @@ test: all fetch-sqlite
 
 bench: all fetch-sqlite
 	@bash bench/scatter/run.sh
+	@bash bench/mod/run.sh
+	@bash bench/scatter/net.sh
 
 clean:
 	rm -rf $(BUILD) target

@@ -202,7 +202,8 @@ const QUICK_SIZES: [usize; 5] = [1 << 10, 16 << 10, 250_000, 1 << 20, 4 << 20];
 
 struct Calib {
     model: Model,
-    points: Vec<(u64, server::Stages)>,
+    /// (data bytes, code+data bytes, median stages)
+    points: Vec<(usize, u64, server::Stages)>,
 }
 
 fn calibrate_on(host: &TestHost, dir: &Path, quick: bool) -> Result<Calib> {
@@ -213,10 +214,10 @@ fn calibrate_on(host: &TestHost, dir: &Path, quick: bool) -> Result<Calib> {
         let m = dummy_module(dir, &format!("cal{n}"), n, false)?;
         let (s, _, payload) = measure(host, &m, reps)?;
         eprintln!("bunkai mod: calibrating: {n} B of data: {:.0} us", s.total);
-        points.push((payload, s));
+        points.push((n, payload, s));
     }
     let fit_of = |g: fn(&server::Stages) -> f64| -> Result<Fit> {
-        model::fit(&points.iter().map(|(p, s)| (*p as f64 / 4096.0, g(s))).collect::<Vec<_>>())
+        model::fit(&points.iter().map(|(_, p, s)| (*p as f64 / 4096.0, g(s))).collect::<Vec<_>>())
     };
     let machine = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -353,7 +354,7 @@ pub fn bench(quick: bool, json: bool, markdown: Option<&Path>) -> Result<()> {
             "register": avg(|s| s.register), "other": avg(|s| s.other), "total": total, "unload": unload_avg,
         },
         "model": cal.model,
-        "measurement2": cal.points.iter().map(|(p, s)| serde_json::json!({"payload": p, "stages": s})).collect::<Vec<_>>(),
+        "measurement2": cal.points.iter().map(|(n, p, s)| serde_json::json!({"data": n, "payload": p, "stages": s})).collect::<Vec<_>>(),
         "predictions": pred_rows.iter().map(|(n, p, pr, a, e)| serde_json::json!({"data": n, "payload": p, "predicted_us": pr, "actual_us": a, "error": e})).collect::<Vec<_>>(),
     });
     if json {
@@ -405,10 +406,9 @@ pub fn bench(quick: bool, json: bool, markdown: Option<&Path>) -> Result<()> {
     ));
     md.push_str("## Measurement 2: load time against data amount (Figures 2-3, equations (1)-(3))\n\n");
     md.push_str("| data [B] | code+data [B] | prelink [µs] | alloc [µs] | link [µs] | load [µs] | register [µs] | total [µs] |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (p, s) in &cal.points {
+    for (n, p, s) in &cal.points {
         md.push_str(&format!(
-            "| {} | {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
-            p.saturating_sub(200),
+            "| {n} | {p} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |\n",
             s.prelink,
             s.alloc,
             s.link,
