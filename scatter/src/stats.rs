@@ -23,6 +23,19 @@ pub struct Stats {
     pub library_overhead_bytes: u64,
     pub kept_in_launcher: usize,
     pub missing_libraries: usize,
+    /// After `bunkai group` (Table 7): groups, their bytes, compressed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<GroupStats>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GroupStats {
+    pub threshold_bytes: u64,
+    pub groups: usize,
+    pub group_bytes: u64,
+    pub group_ratio: f64,
+    pub group_zst_bytes: u64,
+    pub original_zst_bytes: u64,
 }
 
 pub fn compute(dir: &Path) -> Result<Stats> {
@@ -52,6 +65,17 @@ pub fn compute(dir: &Path) -> Result<Stats> {
         library_overhead_bytes: m.library_overhead_bytes,
         kept_in_launcher: m.kept.len(),
         missing_libraries: missing,
+        groups: m.groups.as_ref().map(|g| {
+            let bytes: u64 = g.list.iter().map(|e| e.raw_bytes).sum();
+            GroupStats {
+                threshold_bytes: g.threshold_bytes,
+                groups: g.list.len(),
+                group_bytes: bytes,
+                group_ratio: 100.0 * bytes as f64 / original as f64,
+                group_zst_bytes: g.list.iter().map(|e| e.zst_bytes).sum(),
+                original_zst_bytes: g.original_zst_bytes,
+            }
+        }),
     })
 }
 
@@ -79,6 +103,16 @@ pub fn render(s: &Stats) -> String {
         kib(s.original_bytes),
         kib(s.original_unstripped_bytes)
     ));
+    if let Some(g) = &s.groups {
+        t.push_str(&format!(
+            "  groups          {:>14}   {:6.1}% of the original   (Table 7), {} groups at {} B; {} compressed\n",
+            kib(g.group_bytes),
+            g.group_ratio,
+            g.groups,
+            g.threshold_bytes,
+            kib(g.group_zst_bytes)
+        ));
+    }
     if s.kept_in_launcher > 0 {
         t.push_str(&format!("  kept in launcher: {} functions\n", s.kept_in_launcher));
     }
