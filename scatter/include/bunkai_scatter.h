@@ -47,7 +47,7 @@
 
 #include <stdint.h>
 
-#define BUNKAI_SCATTER_ABI 2
+#define BUNKAI_SCATTER_ABI 3
 
 #define BUNKAI_BODY_PREFIX "__bunkai_f"
 #define BUNKAI_STUB_PREFIX "__bunkai_s"
@@ -65,9 +65,13 @@
  *   uint32_t nfuncs              must equal the launcher's __bunkai_nfuncs
  *   uint32_t ngroups             >= 1
  *   uint32_t group_of[nfuncs]    group id of each function id, < ngroups
+ *   uint32_t slot_of[nfuncs]     the function's index in its group's table
  *   struct bunkai_group groups[ngroups]
+ * A group library exports one symbol, BUNKAI_GROUP_TABLE: int32 offsets,
+ * from the table itself, of its functions' bodies in slot order.
  * The manager checks every field before using it. */
-#define BUNKAI_GROUP_MAGIC "BKGROUP2"
+#define BUNKAI_GROUP_MAGIC "BKGROUP3"
+#define BUNKAI_GROUP_TABLE "__bunkai_gtab"
 struct bunkai_group {
   uint64_t raw_bytes;        /* size of g<hex>.so */
   uint64_t zst_bytes;        /* size of g<hex>.so.zst */

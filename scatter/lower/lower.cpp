@@ -11,7 +11,12 @@
 //                          are replaced per job (from `clang -### -shared`)
 //   JOB <in.bc> <out.so>   lower one module
 //   GROUP <out.so> <in.bc>...  link several modules (llvm::Linker) and
-//                          lower the result: one library per group (§5.1)
+//                          lower the result: one library per group (§5.1).
+//                          The functions' bodies become internal; the library
+//                          exports one table instead, __bunkai_gtab: for the
+//                          i-th input's function, its offset from the table
+//                          (int32). No dynamic symbol or relocation per
+//                          function, and the manager finds a body by index.
 // For every JOB it prints "ok <out.so>" or "err <out.so> <message>" on stdout,
 // so the driver can show progress and name the failing function.
 //
@@ -20,6 +25,7 @@
 
 #include "lld/Common/Driver.h"
 #include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/IR/Constants.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -64,9 +70,10 @@ public:
   // Returns an empty string on success, else the error text.
   std::string lower(const std::vector<std::string> &Ins, const std::string &Out,
                     const std::vector<std::string> &LinkTemplate,
-                    bool KeepObj) {
+                    bool KeepObj, bool Group) {
     LLVMContext Ctx;
     std::unique_ptr<Module> M;
+    std::vector<std::string> Bodies; // group mode: each input's function
     for (const std::string &In : Ins) {
       auto Buf = MemoryBuffer::getFile(In);
       if (!Buf)
@@ -74,6 +81,15 @@ public:
       auto ModOr = parseBitcodeFile((*Buf)->getMemBufferRef(), Ctx);
       if (!ModOr)
         return "bad bitcode " + In + ": " + toString(ModOr.takeError());
+      if (Group) {
+        std::string Body;
+        for (Function &F : **ModOr)
+          if (!F.isDeclaration() && F.getName().startswith("__bunkai_f"))
+            Body = F.getName().str();
+        if (Body.empty())
+          return In + " defines no __bunkai_f function";
+        Bodies.push_back(Body);
+      }
       if (!M) {
         M = std::move(*ModOr);
         continue;
@@ -85,6 +101,28 @@ public:
     }
     if (!M)
       return "no input modules";
+    if (Group) {
+      Type *I32 = Type::getInt32Ty(Ctx);
+      Type *I64 = Type::getInt64Ty(Ctx);
+      auto *ArrTy = ArrayType::get(I32, Bodies.size());
+      auto *Tab = new GlobalVariable(*M, ArrTy, /*isConstant=*/true,
+                                     GlobalValue::ExternalLinkage, nullptr,
+                                     "__bunkai_gtab");
+      // Protected: exported for dlsym, but not preemptible, so the
+      // differences below are resolved by the static link.
+      Tab->setVisibility(GlobalValue::ProtectedVisibility);
+      std::vector<Constant *> Elems;
+      for (const std::string &B : Bodies) {
+        Function *F = M->getFunction(B);
+        if (!F)
+          return "function " + B + " vanished while linking the group";
+        F->setLinkage(GlobalValue::InternalLinkage);
+        Constant *D = ConstantExpr::getSub(ConstantExpr::getPtrToInt(F, I64),
+                                           ConstantExpr::getPtrToInt(Tab, I64));
+        Elems.push_back(ConstantExpr::getTrunc(D, I32));
+      }
+      Tab->setInitializer(ConstantArray::get(ArrTy, Elems));
+    }
 
     TargetMachine *TM = machineFor(M->getTargetTriple());
     if (!TM)
@@ -201,7 +239,7 @@ int main(int argc, char **argv) {
         Out = F[1];
         Ins.assign(F.begin() + 2, F.end());
       }
-      std::string Err = L.lower(Ins, Out, LinkTemplate, KeepObj);
+      std::string Err = L.lower(Ins, Out, LinkTemplate, KeepObj, F[0] == "GROUP");
       if (Err.empty()) {
         outs() << "ok\t" << Out << "\n";
       } else {

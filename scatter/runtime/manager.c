@@ -20,7 +20,9 @@
  *     resolution holds the lock in the same thread (dlopen is not
  *     async-signal-safe either).
  *   - Grouped libraries (§5.2): when lib/NAME/groups.map exists, a miss goes
- *     function table -> group table -> handle table -> dlopen of g<hex>.so.
+ *     function table -> group table -> handle table -> dlopen of g<hex>.so;
+ *     a group library exports one table of its functions (no dlsym per
+ *     function), and the handle table keeps that table's address.
  *     The map is checked field by field before it is used.
  *   - Network (§6.2): with BUNKAI_ORIGIN set, groups come from the fetch
  *     library (dlopen()ed only then, so a launcher never links libcurl);
@@ -68,9 +70,9 @@ static int profile_fd = -1;
  * the handle table holds one dlopen() handle per group. */
 static int grouped;
 static uint32_t ngroups;
-static const uint32_t *group_of;
+static const uint32_t *group_of, *slot_of;
 static const struct bunkai_group *groups;
-static void **handles;
+static const int32_t **handles; /* per group: its function table, once open */
 static bunkai_fetch_wait_fn fetch_wait;
 
 static long raw3(long n, long a, long b, long c) {
@@ -257,19 +259,25 @@ static int load_group_map(void) {
     fail(NO_FUNCTION, path, "the group map belongs to another build (rerun bunkai "
                   "profile and bunkai group)");
   if (ng == 0 || ng > nf ||
-      size != 16 + 4 * (uint64_t)nf + sizeof(struct bunkai_group) * (uint64_t)ng)
+      size != 16 + 8 * (uint64_t)nf + sizeof(struct bunkai_group) * (uint64_t)ng)
     fail(NO_FUNCTION, path, "the group map is damaged (rerun bunkai group)");
   group_of = (const uint32_t *)(b + 16);
   for (uint32_t i = 0; i < nf; i++)
     if (group_of[i] >= ng)
       fail(NO_FUNCTION, path, "the group map names a group that does not exist (rerun "
                     "bunkai group)");
-  groups = (const struct bunkai_group *)(b + 16 + 4 * (size_t)nf);
+  slot_of = (const uint32_t *)(b + 16 + 4 * (size_t)nf);
+  /* Slots are checked against the table size when a group is opened (its
+   * raw size bounds it); here only that no slot is absurd. */
+  for (uint32_t i = 0; i < nf; i++)
+    if (slot_of[i] >= nf)
+      fail(NO_FUNCTION, path, "the group map is damaged (rerun bunkai group)");
+  groups = (const struct bunkai_group *)(b + 16 + 8 * (size_t)nf);
   long h = raw6(SYS_mmap, 0, (long)(sizeof(void *) * ng), PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (h < 0 && h > -4096)
     fail(NO_FUNCTION, path, "out of memory for the handle table");
-  handles = (void **)h;
+  handles = (const int32_t **)h;
   ngroups = ng;
   grouped = 1;
   return 1;
@@ -351,11 +359,13 @@ static void record_first_call(uint32_t id) {
   raw3(SYS_write, profile_fd, (long)line, (long)(p - line));
 }
 
-/* §5.2: the handle of group g, loading (and in network mode fetching) it. */
-static void *group_handle(uint32_t id, uint32_t g) {
-  void *h = handles[g];
-  if (h)
-    return h;
+/* §5.2: the table of group g, loading (and in network mode fetching) the
+ * group's library first. The handle table holds the table's address: the
+ * dlopen() handle itself is never needed again. */
+static const int32_t *group_table(uint32_t id, uint32_t g) {
+  const int32_t *t = handles[g];
+  if (t)
+    return t;
   char path[PATH_MAX + 32];
   char *p = append(path, path + sizeof path - 1, dir);
   p = append(p, path + sizeof path - 1, BUNKAI_GROUP_PREFIX);
@@ -367,11 +377,44 @@ static void *group_handle(uint32_t id, uint32_t g) {
     if (fetch_wait(g, err, sizeof err))
       fail(id, path, err);
   }
-  h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+  void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
   if (!h)
     fail(id, path, dlerror());
-  handles[g] = h;
-  return h;
+  t = (const int32_t *)dlsym(h, BUNKAI_GROUP_TABLE);
+  if (!t)
+    fail(id, path, "not a group library (no " BUNKAI_GROUP_TABLE ")");
+  handles[g] = t;
+  return t;
+}
+
+/* §3.4, one library per function: dlopen f<id>.so, dlsym its body. */
+static void *function_body(uint32_t id) {
+  char path[PATH_MAX + 32], sym[32];
+  char *p = append(path, path + sizeof path - 1, dir);
+  p = append(p, path + sizeof path - 1, BUNKAI_LIB_PREFIX);
+  p = append_hex(p, path + sizeof path - 1, id);
+  p = append(p, path + sizeof path - 1, BUNKAI_LIB_SUFFIX);
+  *p = 0;
+  void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+  if (!h)
+    fail(id, path, dlerror());
+  p = append(sym, sym + sizeof sym - 1, BUNKAI_BODY_PREFIX);
+  p = append_hex(p, sym + sizeof sym - 1, id);
+  *p = 0;
+  void *fn = dlsym(h, sym);
+  if (!fn)
+    fail(id, path, dlerror());
+  return fn;
+}
+
+/* §5.2, grouped: function table -> group table -> handle table. */
+static void *grouped_body(uint32_t id) {
+  uint32_t g = group_of[id], slot = slot_of[id];
+  const int32_t *t = group_table(id, g);
+  /* The table lies inside the library, whose size bounds its slots. */
+  if ((uint64_t)slot * 4 >= groups[g].raw_bytes)
+    fail(id, "its group library", "the group map is damaged (rerun bunkai group)");
+  return (void *)((const char *)t + t[slot]);
 }
 
 void *__bunkai_lookup(uint32_t id) {
@@ -382,27 +425,7 @@ void *__bunkai_lookup(uint32_t id) {
   if (fn == (void *)&__bunkai_resolve) {
     if (!dir_len)
       find_dir();
-    char path[PATH_MAX + 32], sym[32];
-    void *h;
-    char *p = append(sym, sym + sizeof sym - 1, BUNKAI_BODY_PREFIX);
-    p = append_hex(p, sym + sizeof sym - 1, id);
-    *p = 0;
-    if (grouped) {
-      h = group_handle(id, group_of[id]);
-      path[0] = 0;
-    } else {
-      p = append(path, path + sizeof path - 1, dir);
-      p = append(p, path + sizeof path - 1, BUNKAI_LIB_PREFIX);
-      p = append_hex(p, path + sizeof path - 1, id);
-      p = append(p, path + sizeof path - 1, BUNKAI_LIB_SUFFIX);
-      *p = 0;
-      h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
-      if (!h)
-        fail(id, path, dlerror());
-    }
-    fn = dlsym(h, sym);
-    if (!fn)
-      fail(id, path[0] ? path : "its group library", dlerror());
+    fn = grouped ? grouped_body(id) : function_body(id);
     if (profile_fd >= 0)
       record_first_call(id);
     __atomic_store_n(&__bunkai_got[id], fn, __ATOMIC_RELEASE);

@@ -286,6 +286,7 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     for st in &stubs {
         jobs.push(Job {
             inputs: vec![split.join(format!("{}{:x}.bc", stubs::LIB_PREFIX, st.id))],
+            group: false,
             output: root.join(&libdir_rel).join(stubs::lib_file(st.id)),
             what: format!("{} ({})", st.name, st.source),
         });
@@ -301,6 +302,7 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     let empty_so = work.join("empty.so");
     jobs.push(Job {
         inputs: vec![empty_bc],
+        group: false,
         output: empty_so.clone(),
         what: "(empty library)".into(),
     });

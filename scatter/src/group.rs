@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 
 pub const ZSTD_LEVEL: i32 = 19;
-pub const MAP_MAGIC: &[u8; 8] = b"BKGROUP2";
+pub const MAP_MAGIC: &[u8; 8] = b"BKGROUP3";
 
 pub struct Options {
     pub out: PathBuf,
@@ -77,20 +77,25 @@ pub fn plan(called: &[(u32, u64)], uncalled: &[(u32, u64)], threshold: u64) -> V
 /// The group map file (layout in scatter/include/bunkai_scatter.h).
 pub fn encode_map(nfuncs: usize, groups: &[GroupEntry]) -> Result<Vec<u8>> {
     let mut group_of = vec![u32::MAX; nfuncs];
+    let mut slot_of = vec![0u32; nfuncs];
     for g in groups {
-        for &f in &g.functions {
+        for (slot, &f) in g.functions.iter().enumerate() {
             group_of[f as usize] = g.id;
+            slot_of[f as usize] = slot as u32;
         }
     }
     if let Some(missing) = group_of.iter().position(|g| *g == u32::MAX) {
         bail!("internal error: function {missing:x} is in no group");
     }
-    let mut b = Vec::with_capacity(16 + 4 * nfuncs + 48 * groups.len());
+    let mut b = Vec::with_capacity(16 + 8 * nfuncs + 48 * groups.len());
     b.extend_from_slice(MAP_MAGIC);
     b.extend_from_slice(&(nfuncs as u32).to_le_bytes());
     b.extend_from_slice(&(groups.len() as u32).to_le_bytes());
     for g in &group_of {
         b.extend_from_slice(&g.to_le_bytes());
+    }
+    for s in &slot_of {
+        b.extend_from_slice(&s.to_le_bytes());
     }
     for g in groups {
         b.extend_from_slice(&g.raw_bytes.to_le_bytes());
@@ -184,6 +189,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
         }
         jobs.push(Job {
             inputs,
+            group: true,
             output: tmp.path().join(group_file(gid as u32)),
             what: format!("group {gid:x}"),
         });
@@ -306,11 +312,11 @@ mod tests {
         };
         let b = encode_map(3, &[g(0, vec![2, 0]), g(1, vec![1])]).unwrap();
         assert_eq!(&b[..8], MAP_MAGIC);
-        assert_eq!(b.len(), 16 + 3 * 4 + 2 * 48);
-        assert_eq!(u32::from_le_bytes(b[16..20].try_into().unwrap()), 0);
-        assert_eq!(u32::from_le_bytes(b[20..24].try_into().unwrap()), 1);
-        assert_eq!(u32::from_le_bytes(b[24..28].try_into().unwrap()), 0);
-        assert_eq!(u64::from_le_bytes(b[28..36].try_into().unwrap()), 10);
+        assert_eq!(b.len(), 16 + 3 * 8 + 2 * 48);
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        assert_eq!((u32_at(16), u32_at(20), u32_at(24)), (0, 1, 0), "group_of");
+        assert_eq!((u32_at(28), u32_at(32), u32_at(36)), (1, 0, 0), "slot_of");
+        assert_eq!(u64::from_le_bytes(b[40..48].try_into().unwrap()), 10);
         assert!(encode_map(4, &[g(0, vec![0])]).is_err());
     }
 

@@ -28,7 +28,7 @@ pub mod toolchain;
 pub mod util;
 
 /// BUNKAI_SCATTER_ABI in scatter/include/bunkai_scatter.h.
-pub const ABI: u32 = 2;
+pub const ABI: u32 = 3;
 
 /// Where each function's module is kept (OUT/bc/NAME/f<hex>.bc).
 pub const BC_DIR: &str = "bc";

@@ -14,8 +14,10 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 pub struct Job {
-    /// One module, or several linked into one library (a group, §5.1).
+    /// One module, or several linked into one library.
     pub inputs: Vec<PathBuf>,
+    /// A group library (§5.1): bodies internal, one exported table.
+    pub group: bool,
     pub output: PathBuf,
     /// Shown when the job fails.
     pub what: String,
@@ -105,7 +107,7 @@ pub fn run(
                 input.push('\n');
                 let mut what = std::collections::HashMap::new();
                 for j in &chunk {
-                    if j.inputs.len() == 1 {
+                    if !j.group && j.inputs.len() == 1 {
                         input.push_str(&format!(
                             "JOB\t{}\t{}\n",
                             j.inputs[0].display(),
