@@ -228,7 +228,8 @@ pub fn group(a: GroupArgs) -> Result<ExitCode> {
         }
     }
     let total: u64 = s.groups.list.iter().map(|g| g.raw_bytes).sum();
-    let total_zst: u64 = s.groups.list.iter().map(|g| g.zst_bytes).sum();
+    // What travels: every compressed group plus the dictionary.
+    let total_zst: u64 = s.groups.list.iter().map(|g| g.zst_bytes).sum::<u64>() + s.groups.dict_bytes;
     let orig = s.original_bytes.max(1) as f64;
     if a.json {
         println!(
@@ -238,6 +239,7 @@ pub fn group(a: GroupArgs) -> Result<ExitCode> {
                 "groups": s.groups.list.len(),
                 "group_bytes": total,
                 "group_zst_bytes": total_zst,
+                "dict_bytes": s.groups.dict_bytes,
                 "per_function_bytes": s.per_function_bytes,
                 "original_bytes": s.original_bytes,
                 "original_zst_bytes": s.groups.original_zst_bytes,

@@ -22,7 +22,9 @@
  *   OUT/profile                  first-call order (text, see profile.rs)
  *   OUT/lib/NAME/g<hex>.so        one library per group, <hex> = group id
  *   OUT/lib/NAME/g<hex>.so.zst    the same, zstd-compressed (for the network)
- *   OUT/lib/NAME/groups.map       the group map file (binary, below); the
+ *   OUT/lib/NAME/groups.dict      the zstd dictionary of the .zst groups (if
+ *                                 it pays for itself)
+ *   OUT/lib/NAME/groups.map(.zst) the group map file (binary, below); the
  *                                 manager uses groups when it exists
  *   OUT/bin/NAME.zst             the launcher, compressed (--lib: lib/...)
  *   OUT/remote.json              the small index `bunkai run` fetches first

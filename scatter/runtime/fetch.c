@@ -63,6 +63,7 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static unsigned char *state;   /* per group, guarded by mu */
 static char (*errors)[256];    /* per group, the last failure */
 static int demands_active;     /* demand fetches in progress */
+static ZSTD_DDict *ddict;      /* groups.dict, when the groups use one */
 static CURL *demand_curl;      /* used under the manager's lock only */
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -172,7 +173,15 @@ static int fetch_once(CURL *c, uint32_t g, char *err, size_t errlen,
     size_t rawlen = gr->raw_bytes;
     if (F.compress) {
       raw = malloc(rawlen ? rawlen : 1);
-      size_t got = raw ? ZSTD_decompress(raw, rawlen, b.p, b.len) : 0;
+      size_t got = 0;
+      if (raw && ddict) {
+        ZSTD_DCtx *dc = ZSTD_createDCtx();
+        got = dc ? ZSTD_decompress_usingDDict(dc, raw, rawlen, b.p, b.len, ddict)
+                 : (size_t)-1;
+        ZSTD_freeDCtx(dc);
+      } else if (raw) {
+        got = ZSTD_decompress(raw, rawlen, b.p, b.len);
+      }
       if (!raw || ZSTD_isError(got) || got != rawlen) {
         snprintf(err, errlen, "%s does not decompress to %zu bytes (%s)", url,
                  rawlen, raw && ZSTD_isError(got) ? ZSTD_getErrorName(got)
@@ -336,6 +345,23 @@ EXPORT int __bunkai_fetch_start(const struct bunkai_fetch_config *cfg,
   if (cfg->log_path)
     F.log_fd = open(cfg->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                     0644);
+  if (F.compress) {
+    /* The dictionary the groups were compressed with, fetched (and
+     * checked) by bunkai run before the program started. */
+    char path[4096];
+    snprintf(path, sizeof path, "%sgroups.dict", F.libdir);
+    FILE *f = fopen(path, "rbe");
+    if (f) {
+      static unsigned char dict[1 << 20];
+      size_t n = fread(dict, 1, sizeof dict, f);
+      fclose(f);
+      ddict = n ? ZSTD_createDDict(dict, n) : NULL;
+      if (!ddict) {
+        snprintf(err, errlen, "%s is not a zstd dictionary (rerun bunkai run)", path);
+        return -1;
+      }
+    }
+  }
   state = calloc(F.n, 1);
   errors = calloc(F.n, sizeof *errors);
   if (!state || !errors) {

@@ -125,6 +125,27 @@ pub fn compress(data: &[u8]) -> Result<Vec<u8>> {
     zstd::bulk::compress(data, ZSTD_LEVEL).context("zstd compression failed")
 }
 
+pub const DICT_FILE: &str = "groups.dict";
+const DICT_MAX: usize = 32 << 10;
+
+/// Groups of one program share a lot (ELF headers, PLT stubs, prologues,
+/// the program's idioms) that compressing each group alone cannot exploit;
+/// the original, compressed as one stream, can. A zstd dictionary trained
+/// on the groups carries that shared part once. Returns the dictionary and
+/// the compressed groups, or None when it does not pay for itself.
+fn compress_with_dictionary(datas: &[Vec<u8>], plain_total: u64) -> Option<(Vec<u8>, Vec<Vec<u8>>)> {
+    if datas.len() < 8 {
+        return None;
+    }
+    let total: usize = datas.iter().map(|d| d.len()).sum();
+    let size = (total / 100).clamp(4 << 10, DICT_MAX);
+    let dict = zstd::dict::from_samples(datas, size).ok()?;
+    let mut c = zstd::bulk::Compressor::with_dictionary(ZSTD_LEVEL, &dict).ok()?;
+    let zs: Vec<Vec<u8>> = datas.iter().map(|d| c.compress(d)).collect::<Result<_, _>>().ok()?;
+    let with: u64 = dict.len() as u64 + zs.iter().map(|z| z.len() as u64).sum::<u64>();
+    (with < plain_total).then_some((dict, zs))
+}
+
 pub fn group(opts: &Options) -> Result<Summary> {
     let out = &opts.out;
     let mut m = Manifest::read(out)?;
@@ -196,20 +217,37 @@ pub fn group(opts: &Options) -> Result<Summary> {
     }
     lower::run(&tc, &template, opt_level(&m.clang_flags), jobs, opts.jobs, opts.progress)?;
 
-    // Checksums and compression.
+    // Checksums and compression (with a dictionary when it pays).
+    let datas: Vec<Vec<u8>> = (0..plan.len() as u32)
+        .map(|gid| std::fs::read(tmp.path().join(group_file(gid))))
+        .collect::<Result<_, _>>()?;
+    let plain: Vec<Vec<u8>> = datas.iter().map(|d| compress(d)).collect::<Result<_>>()?;
+    let plain_total: u64 = plain.iter().map(|z| z.len() as u64).sum();
+    let (dict, zsts) = match compress_with_dictionary(&datas, plain_total) {
+        Some((d, z)) => (Some(d), z),
+        None => (None, plain),
+    };
+    log.push(match &dict {
+        Some(d) => format!(
+            "compressed with a {} B zstd dictionary: {} B in all, {} B without",
+            d.len(),
+            d.len() as u64 + zsts.iter().map(|z| z.len() as u64).sum::<u64>(),
+            plain_total
+        ),
+        None => format!("compressed without a dictionary: {plain_total} B"),
+    });
     let mut list = Vec::new();
     for (gid, fs) in plan.iter().enumerate() {
+        let data = &datas[gid];
+        let zst = &zsts[gid];
         let gid = gid as u32;
-        let so = tmp.path().join(group_file(gid));
-        let data = std::fs::read(&so)?;
-        let zst = compress(&data)?;
-        std::fs::write(tmp.path().join(format!("{}.zst", group_file(gid))), &zst)?;
+        std::fs::write(tmp.path().join(format!("{}.zst", group_file(gid))), zst)?;
         list.push(GroupEntry {
             id: gid,
             file: format!("{}/{}", m.libdir, group_file(gid)),
             raw_bytes: data.len() as u64,
             zst_bytes: zst.len() as u64,
-            sha256: hex(&Sha256::digest(&data)),
+            sha256: hex(&Sha256::digest(data)),
             functions: fs.clone(),
         });
     }
@@ -241,6 +279,17 @@ pub fn group(opts: &Options) -> Result<Summary> {
     }
     let launcher_zst_path = out.join(format!("{}.zst", m.launcher));
     write_atomic(&launcher_zst_path, &launcher_zst)?;
+    let dict_path = libdir.join(DICT_FILE);
+    match &dict {
+        Some(d) => write_atomic(&dict_path, d)?,
+        None => {
+            if dict_path.exists() {
+                std::fs::remove_file(&dict_path)?;
+            }
+        }
+    }
+    let map_zst = compress(&map)?;
+    write_atomic(&libdir.join(format!("{}.zst", crate::stubs::GROUP_MAP)), &map_zst)?;
     write_atomic(&map_path, &map)?;
     let groups = Groups {
         threshold_bytes: opts.threshold,
@@ -249,6 +298,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
         called: called.len(),
         launcher_zst_bytes: launcher_zst.len() as u64,
         original_zst_bytes,
+        dict_bytes: dict.as_ref().map_or(0, |d| d.len() as u64),
         list,
     };
     let index = Index {
@@ -264,6 +314,9 @@ pub fn group(opts: &Options) -> Result<Summary> {
         libdir: m.libdir.clone(),
         map_bytes: map.len() as u64,
         map_sha256: hex(&Sha256::digest(&map)),
+        map_zst_bytes: map_zst.len() as u64,
+        dict_bytes: dict.as_ref().map_or(0, |d| d.len() as u64),
+        dict_sha256: dict.as_ref().map_or(String::new(), |d| hex(&Sha256::digest(d))),
     };
     write_atomic(&out.join(crate::remote::INDEX), serde_json::to_string_pretty(&index)?.as_bytes())?;
     m.groups = Some(groups.clone());

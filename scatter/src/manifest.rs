@@ -49,6 +49,10 @@ pub struct Groups {
     pub launcher_zst_bytes: u64,
     /// zstd -19 of the stripped original, for comparison.
     pub original_zst_bytes: u64,
+    /// The zstd dictionary the groups are compressed with (0: none); it is
+    /// fetched once, before the first group.
+    #[serde(default)]
+    pub dict_bytes: u64,
     pub list: Vec<GroupEntry>,
 }
 

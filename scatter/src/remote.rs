@@ -43,6 +43,11 @@ pub struct Index {
     pub libdir: String,
     pub map_bytes: u64,
     pub map_sha256: String,
+    /// groups.map.zst beside it.
+    pub map_zst_bytes: u64,
+    /// groups.dict, the zstd dictionary of the .zst groups (0: none).
+    pub dict_bytes: u64,
+    pub dict_sha256: String,
 }
 
 impl Index {
@@ -339,7 +344,23 @@ pub fn prepare(o: &RunOptions) -> Result<(Command, Vec<String>)> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755))?;
     let map_rel = format!("{}/{}", index.libdir, crate::stubs::GROUP_MAP);
-    fetch_checked(&base, &cache, &map_rel, index.map_bytes, None, &index.map_sha256, &mut log)?;
+    fetch_checked(
+        &base,
+        &cache,
+        &map_rel,
+        index.map_bytes,
+        o.compress.then_some(index.map_zst_bytes),
+        &index.map_sha256,
+        &mut log,
+    )?;
+    // The groups' dictionary, once, before the program starts; the fetch
+    // library finds it in the cache beside the map.
+    let dict_rel = format!("{}/{}", index.libdir, crate::group::DICT_FILE);
+    if o.compress && index.dict_bytes > 0 {
+        fetch_checked(&base, &cache, &dict_rel, index.dict_bytes, None, &index.dict_sha256, &mut log)?;
+    } else {
+        let _ = std::fs::remove_file(cache.join(&dict_rel));
+    }
 
     let mut cmd = Command::new(&launcher);
     cmd.args(&o.args)
@@ -416,6 +437,9 @@ mod tests {
             libdir: "lib/x".into(),
             map_bytes: 1,
             map_sha256: "0".repeat(64),
+            map_zst_bytes: 1,
+            dict_bytes: 0,
+            dict_sha256: String::new(),
         };
         let text = serde_json::to_vec(&good).unwrap();
         assert_eq!(Index::parse(&text).unwrap(), good);

@@ -72,7 +72,7 @@ pub fn compute(dir: &Path) -> Result<Stats> {
                 groups: g.list.len(),
                 group_bytes: bytes,
                 group_ratio: 100.0 * bytes as f64 / original as f64,
-                group_zst_bytes: g.list.iter().map(|e| e.zst_bytes).sum(),
+                group_zst_bytes: g.list.iter().map(|e| e.zst_bytes).sum::<u64>() + g.dict_bytes,
                 original_zst_bytes: g.original_zst_bytes,
             }
         }),

@@ -15,6 +15,12 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
         .with_context(|| format!("cannot write in {}", dir.display()))?;
     tmp.write_all(data)?;
     tmp.as_file().sync_all().ok();
+    // tempfile creates 0600; outputs are served by any static web server,
+    // so they get the usual 0644.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).ok();
+    }
     tmp.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
