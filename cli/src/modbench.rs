@@ -209,6 +209,10 @@ struct Calib {
 fn calibrate_on(host: &TestHost, dir: &Path, quick: bool) -> Result<Calib> {
     let sizes: &[usize] = if quick { &QUICK_SIZES } else { &SIZES };
     let reps = if quick { 5 } else { 9 };
+    // One untimed round with the largest module first: the host's buffers
+    // and the allocator settle, so the first point is not an outlier.
+    let warm = dummy_module(dir, &format!("cal{}", sizes[sizes.len() - 1]), sizes[sizes.len() - 1], false)?;
+    measure(host, &warm, 2)?;
     let mut points = Vec::new();
     for &n in sizes {
         let m = dummy_module(dir, &format!("cal{n}"), n, false)?;

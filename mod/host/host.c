@@ -798,6 +798,12 @@ static int do_evict(int fd, struct session *s, struct msg *m) {
   return send_msg(fd, BUNKAI_MSG_OK, NULL);
 }
 
+/* One receive buffer, grown as needed and kept: a fresh malloc per 1 MB
+ * message would map and fault new pages each time (glibc serves big blocks
+ * with mmap), making load times depend on the host's history. */
+static unsigned char *rbuf;
+static size_t rcap;
+
 static void serve(int fd) {
   struct session s = {0};
   for (;;) {
@@ -810,11 +816,18 @@ static void serve(int fd) {
     }
     struct msg m = {0};
     m.len = hdr[0] - 4;
-    m.p = malloc(m.len ? m.len : 1);
-    if (!m.p || read_full(fd, &hdr[1], 4) || (m.len && read_full(fd, m.p, m.len))) {
-      free(m.p);
-      break;
+    if (m.len + 1 > rcap) {
+      unsigned char *p = realloc(rbuf, m.len + 1);
+      if (!p) {
+        send_err(fd, "out of memory for a %zu-byte message", m.len);
+        break;
+      }
+      rbuf = p;
+      rcap = m.len + 1;
     }
+    m.p = rbuf;
+    if (read_full(fd, &hdr[1], 4) || (m.len && read_full(fd, m.p, m.len)))
+      break;
     int rc;
     switch (hdr[1]) {
     case BUNKAI_MSG_HELLO:
@@ -844,7 +857,6 @@ static void serve(int fd) {
     default:
       rc = send_err(fd, "unknown message type %u", hdr[1]);
     }
-    free(m.p);
     if (rc)
       break;
   }
