@@ -3,18 +3,7 @@
 //! workload, grouped, served over HTTP on loopback and run from its URL.
 
 use bunkai_e2e::*;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn scatter(out: &Path, inputs: &[PathBuf], extra: &[&str], flags: &[&str]) {
-    let mut args: Vec<String> = vec!["scatter".into(), "-o".into(), out.display().to_string()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args.extend(inputs.iter().map(|p| p.display().to_string()));
-    args.push("--".into());
-    args.extend(flags.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    bunkai_ok(&a);
-}
 
 fn bunkai_cmd(args: &[&str]) -> Command {
     let mut c = Command::new(bunkai());

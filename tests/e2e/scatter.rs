@@ -9,16 +9,6 @@ fn features_srcs() -> Vec<PathBuf> {
     vec![program("features/features.c"), program("features/other.c")]
 }
 
-fn scatter(out: &Path, inputs: &[PathBuf], extra: &[&str], flags: &[&str]) -> std::process::Output {
-    let mut args: Vec<String> = vec!["scatter".into(), "-o".into(), out.display().to_string()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args.extend(inputs.iter().map(|p| p.display().to_string()));
-    args.push("--".into());
-    args.extend(flags.iter().map(|s| s.to_string()));
-    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    bunkai_ok(&a)
-}
-
 /// Runs the original and the scattered program with the same arguments and
 /// checks stdout, stderr, exit status and the file it writes.
 fn same_behaviour(orig: &Path, scattered: &Path, dir: &Path) {

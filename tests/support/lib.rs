@@ -207,3 +207,14 @@ pub fn copy_tree(from: &Path, to: &Path) {
     let st = Command::new("cp").arg("-a").arg(from).arg(to).status().expect("cp");
     assert!(st.success(), "cp -a {} {} failed", from.display(), to.display());
 }
+
+/// `bunkai scatter -o OUT EXTRA... INPUTS... -- FLAGS...`, which must succeed.
+pub fn scatter(out: &Path, inputs: &[PathBuf], extra: &[&str], flags: &[&str]) -> Output {
+    let mut args: Vec<String> = vec!["scatter".into(), "-o".into(), out.display().to_string()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(inputs.iter().map(|p| p.display().to_string()));
+    args.push("--".into());
+    args.extend(flags.iter().map(|s| s.to_string()));
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    bunkai_ok(&a)
+}
