@@ -230,9 +230,9 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Removes module m's registrations and republishes each interface's top. */
-static void unregister(struct module *m) {
-  pthread_mutex_lock(&reg_lock);
+/* Takes module m's entries off the provider stacks of its interfaces.
+ * Caller holds reg_lock and republishes the tables. */
+static void drop_providers(const struct module *m) {
   for (uint32_t i = 0; i < m->nregs; i++) {
     struct bunkai_iface *h = m->regs[i].iface;
     for (struct provider **pp = &h->providers; *pp;) {
@@ -244,9 +244,21 @@ static void unregister(struct module *m) {
         pp = &(*pp)->next;
       }
     }
+  }
+}
+
+/* Publishes each interface's top provider (caller holds reg_lock). */
+static void publish_tables(void) {
+  for (struct bunkai_iface *h = ifaces; h; h = h->next)
     atomic_store(&h->table, h->providers ? (const void *)h->providers->table
                                          : NULL);
-  }
+}
+
+/* Removes module m's registrations and republishes the tables. */
+static void unregister(struct module *m) {
+  pthread_mutex_lock(&reg_lock);
+  drop_providers(m);
+  publish_tables();
   pthread_mutex_unlock(&reg_lock);
 }
 
@@ -263,6 +275,15 @@ static void destroy(struct module *m) {
   free(m);
 }
 
+static struct module *find_module(uint32_t id) {
+  pthread_mutex_lock(&mod_lock);
+  struct module *m = modules;
+  while (m && m->id != id)
+    m = m->next;
+  pthread_mutex_unlock(&mod_lock);
+  return m;
+}
+
 static struct module *unlink_module(uint32_t id) {
   pthread_mutex_lock(&mod_lock);
   struct module *found = NULL;
@@ -274,6 +295,19 @@ static struct module *unlink_module(uint32_t id) {
     }
   pthread_mutex_unlock(&mod_lock);
   return found;
+}
+
+/* Once nothing can reach module m any more (its tables are off the stacks):
+ * waits for the calls in flight, then frees it. */
+static void retire(struct module *m) {
+  grace_period();
+  unlink_module(m->id);
+  destroy(m);
+}
+
+static void remove_module(struct module *m) {
+  unregister(m);
+  retire(m);
 }
 
 /* ---- wire ------------------------------------------------------------------ */
@@ -600,15 +634,9 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
   struct staged *st = find_staged(s, mem);
   if (!st)
     return send_err(fd, "COMMIT of memory not staged for this load");
-  struct module *old = NULL;
-  if (replace) {
-    pthread_mutex_lock(&mod_lock);
-    for (old = modules; old && old->id != replace; old = old->next)
-      ;
-    pthread_mutex_unlock(&mod_lock);
-    if (!old)
-      return send_err(fd, "module %u to replace is not loaded", replace);
-  }
+  struct module *old = replace ? find_module(replace) : NULL;
+  if (replace && !old)
+    return send_err(fd, "module %u to replace is not loaded", replace);
   struct module *mod = calloc(1, sizeof *mod);
   struct reg *regs = calloc(nregs ? nregs : 1, sizeof *regs);
   char *b = malloc(blob_len + 1);
@@ -652,17 +680,9 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
 
   /* Evictions staged by this transaction (memory pressure) happen now. */
   for (uint32_t k = 0; k < s->nevict; k++) {
-    struct module *ev = NULL;
-    pthread_mutex_lock(&mod_lock);
-    for (ev = modules; ev && ev->id != s->evict[k]; ev = ev->next)
-      ;
-    pthread_mutex_unlock(&mod_lock);
-    if (ev) {
-      unregister(ev);
-      grace_period();
-      unlink_module(ev->id);
-      destroy(ev);
-    }
+    struct module *ev = find_module(s->evict[k]);
+    if (ev)
+      remove_module(ev);
   }
   s->nevict = 0;
   s->evict_bytes = 0;
@@ -716,23 +736,9 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
       h->providers = p;
     }
   }
-  if (old) {
-    for (i = 0; i < old->nregs; i++) {
-      struct bunkai_iface *h = old->regs[i].iface;
-      for (struct provider **pp = &h->providers; *pp;) {
-        if ((*pp)->module == old->id) {
-          struct provider *dead = *pp;
-          *pp = dead->next;
-          free(dead);
-        } else {
-          pp = &(*pp)->next;
-        }
-      }
-    }
-  }
-  for (struct bunkai_iface *h = ifaces; h; h = h->next)
-    atomic_store(&h->table, h->providers ? (const void *)h->providers->table
-                                         : NULL);
+  if (old)
+    drop_providers(old);
+  publish_tables();
   pthread_mutex_unlock(&reg_lock);
   /* The staged memory now belongs to the module. */
   for (struct staged **pp = &s->staged; *pp; pp = &(*pp)->next)
@@ -742,11 +748,8 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
       break;
     }
   uint64_t t2 = now_ns();
-  if (old) {
-    grace_period();
-    unlink_module(old->id);
-    destroy(old);
-  }
+  if (old)
+    retire(old);
   struct out o = {0};
   put32(&o, mod->id);
   put64(&o, t1 - t0);
@@ -761,17 +764,10 @@ static int do_unload(int fd, struct msg *m) {
   uint32_t id = get32(m);
   if (m->bad)
     return send_err(fd, "malformed UNLOAD");
-  struct module *mod = NULL;
-  pthread_mutex_lock(&mod_lock);
-  for (mod = modules; mod && mod->id != id; mod = mod->next)
-    ;
-  pthread_mutex_unlock(&mod_lock);
+  struct module *mod = find_module(id);
   if (!mod)
     return send_err(fd, "module %u is not loaded", id);
-  unregister(mod);
-  grace_period();
-  unlink_module(id);
-  destroy(mod);
+  remove_module(mod);
   struct out o = {0};
   put64(&o, now_ns() - t0);
   int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
@@ -785,16 +781,11 @@ static int do_evict(int fd, struct session *s, struct msg *m) {
     return send_err(fd, "malformed EVICT");
   if (s->nevict == sizeof s->evict / sizeof s->evict[0])
     return send_err(fd, "too many evictions in one load");
-  struct module *mod;
-  pthread_mutex_lock(&mod_lock);
-  for (mod = modules; mod && mod->id != id; mod = mod->next)
-    ;
-  uint64_t bytes = mod ? mod->mem_len : 0;
-  pthread_mutex_unlock(&mod_lock);
+  struct module *mod = find_module(id);
   if (!mod)
     return send_err(fd, "module %u is not loaded", id);
   s->evict[s->nevict++] = id;
-  s->evict_bytes += bytes;
+  s->evict_bytes += mod->mem_len;
   return send_msg(fd, BUNKAI_MSG_OK, NULL);
 }
 
