@@ -359,6 +359,17 @@ static void record_first_call(uint32_t id) {
   raw3(SYS_write, profile_fd, (long)line, (long)(p - line));
 }
 
+/* dir + prefix + hex(n) + ".so": f<id>.so or g<group>.so. */
+static void library_path(char *path, size_t cap, const char *prefix,
+                         uint32_t n) {
+  char *end = path + cap - 1;
+  char *p = append(path, end, dir);
+  p = append(p, end, prefix);
+  p = append_hex(p, end, n);
+  p = append(p, end, BUNKAI_LIB_SUFFIX);
+  *p = 0;
+}
+
 /* §5.2: the table of group g, loading (and in network mode fetching) the
  * group's library first. The handle table holds the table's address: the
  * dlopen() handle itself is never needed again. */
@@ -367,11 +378,7 @@ static const int32_t *group_table(uint32_t id, uint32_t g) {
   if (t)
     return t;
   char path[PATH_MAX + 32];
-  char *p = append(path, path + sizeof path - 1, dir);
-  p = append(p, path + sizeof path - 1, BUNKAI_GROUP_PREFIX);
-  p = append_hex(p, path + sizeof path - 1, g);
-  p = append(p, path + sizeof path - 1, BUNKAI_LIB_SUFFIX);
-  *p = 0;
+  library_path(path, sizeof path, BUNKAI_GROUP_PREFIX, g);
   if (fetch_wait) {
     char err[512];
     if (fetch_wait(g, err, sizeof err))
@@ -390,15 +397,11 @@ static const int32_t *group_table(uint32_t id, uint32_t g) {
 /* §3.4, one library per function: dlopen f<id>.so, dlsym its body. */
 static void *function_body(uint32_t id) {
   char path[PATH_MAX + 32], sym[32];
-  char *p = append(path, path + sizeof path - 1, dir);
-  p = append(p, path + sizeof path - 1, BUNKAI_LIB_PREFIX);
-  p = append_hex(p, path + sizeof path - 1, id);
-  p = append(p, path + sizeof path - 1, BUNKAI_LIB_SUFFIX);
-  *p = 0;
+  library_path(path, sizeof path, BUNKAI_LIB_PREFIX, id);
   void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
   if (!h)
     fail(id, path, dlerror());
-  p = append(sym, sym + sizeof sym - 1, BUNKAI_BODY_PREFIX);
+  char *p = append(sym, sym + sizeof sym - 1, BUNKAI_BODY_PREFIX);
   p = append_hex(p, sym + sizeof sym - 1, id);
   *p = 0;
   void *fn = dlsym(h, sym);
