@@ -29,12 +29,7 @@ const PAPER_T1: [(&str, f64, &str); 8] = [
 const PAPER_FITS: [(&str, f64, f64); 3] = [("prelink", 28.573, 339.39), ("link", 27.801, 371.03), ("load", 16.135, 12.068)];
 
 fn libdir() -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let d = match std::env::var_os("BUNKAI_LIBDIR") {
-        Some(d) => PathBuf::from(d),
-        None => exe.parent().unwrap_or(Path::new(".")).join("../lib/bunkai"),
-    };
-    Ok(d)
+    bunkai_scatter::toolchain::helper_libdir()
 }
 
 pub struct TestHost {

@@ -96,11 +96,11 @@ impl<'a> In<'a> {
 
 /// The default socket of host `pid` (what bunkai_host_start(NULL) uses).
 pub fn default_socket(pid: u32) -> PathBuf {
-    PathBuf::from(format!("/tmp/bunkai-mod-{}/{pid}.sock", unsafe_getuid()))
+    PathBuf::from(format!("/tmp/bunkai-mod-{}/{pid}.sock", current_uid()))
 }
 
-fn unsafe_getuid() -> u32 {
-    // The uid of this process, from /proc (no libc crate needed).
+/// The uid of this process, from /proc (no libc crate needed).
+fn current_uid() -> u32 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -113,7 +113,7 @@ fn unsafe_getuid() -> u32 {
 
 /// Sockets of running hosts in the default directory.
 pub fn running_hosts() -> Vec<PathBuf> {
-    let dir = PathBuf::from(format!("/tmp/bunkai-mod-{}", unsafe_getuid()));
+    let dir = PathBuf::from(format!("/tmp/bunkai-mod-{}", current_uid()));
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|d| {
             d.filter_map(|e| e.ok().map(|e| e.path()))

@@ -93,6 +93,13 @@ pub fn loaded_modules(st: &crate::proto::HostState) -> Result<Vec<Loaded>> {
         .collect()
 }
 
+/// The loaded module providing `iface`, leaving out the one a swap removes.
+fn loaded_provider<'a>(loaded: &'a [Loaded], replacing: Option<&Loaded>, iface: &str) -> Option<&'a Loaded> {
+    loaded
+        .iter()
+        .find(|l| replacing.map_or(true, |r| r.id != l.id) && l.rec.implements.iter().any(|i| i.iface.name == iface))
+}
+
 /// A module file read and its metadata parsed.
 struct Candidate {
     path: PathBuf,
@@ -207,11 +214,7 @@ fn plan(
         }
         stack.push(c.meta.name.clone());
         for req in c.meta.requires.clone() {
-            // A loaded provider (not the one a swap removes)?
-            let prov = loaded.iter().find(|l| {
-                replacing.map_or(true, |r| r.id != l.id) && l.rec.implements.iter().any(|i| i.iface.name == req.name)
-            });
-            if let Some(l) = prov {
+            if let Some(l) = loaded_provider(loaded, replacing, &req.name) {
                 let i = l.rec.implements.iter().find(|i| i.iface.name == req.name).unwrap();
                 if i.iface.hash != req.hash {
                     bail!(
@@ -417,9 +420,7 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
         s.load = us(t);
         let mut deps: Vec<String> = symbol_deps.clone();
         for req in &c.meta.requires {
-            let from_loaded = loaded.iter().find(|l| {
-                replacing.map_or(true, |r| r.id != l.id) && l.rec.implements.iter().any(|i| i.iface.name == req.name)
-            });
+            let from_loaded = loaded_provider(&loaded, replacing, &req.name);
             let from_plan = order[..k].iter().find(|o| o.meta.implements.iter().any(|i| i.iface.name == req.name));
             if let Some(n) = from_loaded.map(|l| l.rec.name.clone()).or(from_plan.map(|o| o.meta.name.clone())) {
                 if !deps.contains(&n) {
