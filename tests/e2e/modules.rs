@@ -449,3 +449,42 @@ BUNKAI_IMPLEMENTS(x_{name}, I, g);
     assert_eq!(h.modules(), ["fifo", "one", "two"]);
     h.wait_round("fifo");
 }
+
+#[test]
+fn info_calibrate_and_predict() {
+    let s = sched_dir();
+    let d = tempfile::tempdir().unwrap();
+    let model = d.path().join("model.json");
+    let m = model.to_str().unwrap();
+    let edf = s.join("edf.o");
+    let edf_s = edf.to_str().unwrap();
+
+    let o = bunkai_ok(&["mod", "info", edf_s, "--json"]);
+    let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(info["meta"]["name"], "edf");
+    assert_eq!(info["meta"]["implements"][0]["iface"]["name"], "sched_policy");
+    assert_eq!(info["meta"]["requires"][0]["name"], "job_util");
+    assert!(info["undefined"].as_array().unwrap().iter().any(|u| u == "bunkai_acquire"));
+    let payload = info["payload"].as_u64().unwrap();
+    assert!(payload > 0);
+
+    // Without a model: one line saying what to do.
+    let e = mod_fails(&["predict", "--model", m, edf_s]);
+    assert!(e.contains("calibrate"), "{e}");
+
+    // Calibration loads real modules of 1 KB to 4 MB into its own host.
+    let o = bunkai_ok(&["mod", "calibrate", "--quick", "--model", m, "--json"]);
+    let fit: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(fit, serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&model).unwrap()).unwrap());
+    let slope = fit["total"]["slope"].as_f64().unwrap();
+    let intercept = fit["total"]["intercept"].as_f64().unwrap();
+    assert!(slope > 0.0, "load time must grow with size: {fit}");
+    assert_eq!(fit["points"], 5);
+
+    // predict applies that model to the module's code+data bytes.
+    let o = bunkai_ok(&["mod", "predict", "--model", m, edf_s, "--json"]);
+    let p: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(p["payload"].as_u64().unwrap(), payload);
+    let want = slope * payload as f64 / 4096.0 + intercept;
+    assert!((p["predicted_us"].as_f64().unwrap() - want).abs() < 1e-6 * want.abs().max(1.0), "{p}");
+}

@@ -28,17 +28,9 @@ fn json(o: &std::process::Output) -> serde_json::Value {
 
 #[test]
 fn sqlite_profiled_grouped_and_run_over_http() {
-    let sq = sqlite_dir();
-    let flags = sqlite_flags();
-    let f: Vec<&str> = flags.iter().map(|s| s.as_str()).collect();
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("out");
-    scatter(
-        &out,
-        &[sq.join("shell.c"), sq.join("sqlite3.c")],
-        &["--name", "sqlite3"],
-        &[&f[..], &[&format!("-I{}", sq.display())]].concat(),
-    );
+    scatter_sqlite(&out);
     let o = out.to_str().unwrap();
     let orig = out.join("original/sqlite3");
     let query = program("sqlite/workload-query.sql");

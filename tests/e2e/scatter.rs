@@ -164,17 +164,9 @@ fn demo1_and_demo2_behave_like_the_originals() {
 
 #[test]
 fn sqlite_shell_gives_identical_output_on_a_substantial_script() {
-    let sq = sqlite_dir();
-    let flags = sqlite_flags();
-    let f: Vec<&str> = flags.iter().map(|s| s.as_str()).collect();
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("out");
-    scatter(
-        &out,
-        &[sq.join("shell.c"), sq.join("sqlite3.c")],
-        &["--name", "sqlite3"],
-        &[&f[..], &[&format!("-I{}", sq.display())]].concat(),
-    );
+    scatter_sqlite(&out);
     let orig = out.join("original/sqlite3");
     let scattered = out.join("bin/sqlite3");
     let script = program("sqlite/full.sql");

@@ -218,3 +218,13 @@ pub fn scatter(out: &Path, inputs: &[PathBuf], extra: &[&str], flags: &[&str]) -
     let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     bunkai_ok(&a)
 }
+
+/// The SQLite shell (shell.c + the amalgamation) scattered into `out` with
+/// Debian's flags, as `sqlite3`.
+pub fn scatter_sqlite(out: &Path) -> Output {
+    let sq = sqlite_dir();
+    let mut flags = sqlite_flags();
+    flags.push(format!("-I{}", sq.display()));
+    let f: Vec<&str> = flags.iter().map(|s| s.as_str()).collect();
+    scatter(out, &[sq.join("shell.c"), sq.join("sqlite3.c")], &["--name", "sqlite3"], &f)
+}
