@@ -8,6 +8,7 @@ mod modbench;
 mod modcmd;
 mod planned;
 mod scatter;
+mod trace;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -41,8 +42,8 @@ enum Cmd {
     Serve(scatter::ServeArgs),
     /// Run a scattered program from a URL, fetching its groups as it runs (§6)
     Run(scatter::RunArgs),
-    /// Trace instructions, memory references and syscalls (planned)
-    Trace(planned::Args),
+    /// Trace every instruction, memory reference and syscall (TURU)
+    Trace(trace::Args),
     /// Run one multithreaded process across several hosts (planned)
     Share(planned::Args),
     /// Follow data through threads and processes with aspects (planned)
@@ -122,7 +123,8 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => scatter::serve(a),
         Cmd::Run(a) => scatter::run_remote(a),
         Cmd::Mod(a) => modcmd::run(a),
-        Cmd::Trace(a) | Cmd::Share(a) | Cmd::Flow(a) => planned::run(a),
+        Cmd::Trace(a) => trace::run(a),
+        Cmd::Share(a) | Cmd::Flow(a) => planned::run(a),
     };
     match result {
         Ok(code) => code,
