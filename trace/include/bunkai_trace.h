@@ -56,13 +56,20 @@
  *   BKT_DEF_SEG     v id, v n_instr, then per instruction: v address (the
  *                   first absolute, the rest as v distance from the previous
  *                   instruction's address), v length, v object id, v func id;
- *                   then v n_acc, per access: v instruction index (0-based,
- *                   non-decreasing), v kind (BKT_ACC_*), v size in bytes;
- *                   then v end (BKT_END_*).
+ *                   then v n_acc, per access: v instruction (1-based index
+ *                   into this segment's instructions, non-decreasing; 0 =
+ *                   the instruction in flight, see below), v kind
+ *                   (BKT_ACC_*), v size in bytes; then v end (BKT_END_*).
  *
  * A segment is a straight run of guest instructions ending at a side exit
  * or at the end of a Valgrind superblock. If a side exit is not taken, the
  * next segment of the same superblock (id + 1) executes next.
+ *
+ * A side exit can sit inside an instruction (a rep prefix's loop test, an
+ * alignment check): the accesses that instruction makes after the exit open
+ * the next segment, with instruction number 0, meaning the last instruction
+ * of the segment executed just before (the "instruction in flight"). Such
+ * a segment may have no instructions of its own.
  *
  * EVENTS: a sequence of records. Each starts with v h:
  *   h even: one execution of segment (prev_seg + unzigzag(h >> 1)), then
