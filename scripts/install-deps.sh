@@ -14,7 +14,8 @@ PKGS=(
   libzstd-dev libcurl4-openssl-dev zlib1g-dev        # scatter's network runtime; lld needs zlib
   libssl-dev                                         # SHA-256 of downloaded groups (libcrypto)
   sshfs openssh-server openssh-client                # Table 8 mode (b): the original over SSHFS
-  valgrind                                           # trace: the Valgrind tool API
+  valgrind gcc libc6-dev                             # trace: the Valgrind tool API; the tool is built with gcc, as Valgrind is
+  apache2-bin                                        # trace case study: Apache httpd (run by hand, -X, loopback only)
   iproute2                                           # network namespaces for share/scatter benches
   cmake ninja-build make pkg-config                  # build of the C/C++ parts
   dpkg-dev tcl                                       # apt-get source; SQLite's amalgamation needs tclsh

@@ -171,7 +171,9 @@ fn find_command(name: &str) -> Result<PathBuf> {
 fn valgrind_command(a: &RecordArgs, dir: &Path, tools: &Path, program: &Path) -> Result<Command> {
     let mut c = Command::new("valgrind");
     c.env("VALGRIND_LIB", tools);
-    c.arg("--tool=bunkai").arg("-q");
+    // --vgdb=no: no gdbserver FIFOs in /tmp (a server that drops root
+    // could not remove them).
+    c.arg("--tool=bunkai").arg("-q").arg("--vgdb=no");
     c.arg(format!("--trace-children={}", if a.no_children { "no" } else { "yes" }));
     c.arg(format!("--bk-dir={}", dir.display()));
     if a.no_mem {
@@ -306,6 +308,13 @@ pub fn run(a: &RecordArgs) -> Result<ExitCode> {
     let sock = dir.path().join("sock");
     let listener = UnixListener::bind(&sock).with_context(|| format!("cannot listen on {}", sock.display()))?;
     listener.set_nonblocking(true)?;
+    // Traced servers often drop privileges (Apache runs as nobody) and
+    // their children must still reach the socket and leave exec state
+    // files: the directory is writable but not listable (like /tmp's
+    // sticky bit), its name random.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1733))?;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))?;
 
     let mut cmd = valgrind_command(a, dir.path(), &tools, &program)?;
     let meta = serde_json::json!({

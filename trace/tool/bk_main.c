@@ -207,9 +207,61 @@ static Buf events;     /* the EVENTS message being built */
 static ULong raw[RAW_WORDS + RAW_SLACK];
 static UInt raw_n = 0;
 
-/* Per segment id: how many accesses it has (the encoder needs it). */
-static UShort *seg_nacc = NULL;
+/* Definitions are written when made (at translation) into a pool and sent
+   only when first needed: a segment's when it is first recorded, an
+   object's or function's when a sent segment or event names it. So a
+   trace with a narrow window carries only what ran inside it. */
+typedef struct { UInt off, len; Bool sent; } Def;
+typedef struct { Def *v; UInt cap; } DefTab;
+static Buf def_pool;
+static DefTab seg_defs, obj_defs, fn_defs;
+
+static Def *def_at(DefTab *t, UInt id)
+{
+   if (id >= t->cap) {
+      UInt ncap = t->cap ? t->cap : 4096;
+      while (ncap <= id) ncap *= 2;
+      t->v = VG_(realloc)("bk.defs", t->v, ncap * sizeof(Def));
+      VG_(memset)(t->v + t->cap, 0, (ncap - t->cap) * sizeof(Def));
+      t->cap = ncap;
+   }
+   return &t->v[id];
+}
+
+/* Starts a definition in the pool; def_end records where it lies. */
+static SizeT def_begin(void) { return def_pool.n; }
+static void def_end(DefTab *t, UInt id, SizeT start)
+{
+   Def *d = def_at(t, id);
+   d->off = start;
+   d->len = def_pool.n - start;
+   d->sent = False;
+}
+
+static void send_def(DefTab *t, UInt id)
+{
+   if (id == 0 || id >= t->cap) return;
+   Def *d = &t->v[id];
+   if (d->sent || d->len == 0) return;
+   d->sent = True;
+   buf_grow(&defs_new, d->len);
+   VG_(memcpy)(defs_new.b + defs_new.n, def_pool.b + d->off, d->len);
+   defs_new.n += d->len;
+}
+
+/* Per segment id: accesses, object and function (the encoder and the lazy
+   definitions need them). */
+typedef struct { UShort nacc; UInt obj, fn; } SegInfo;
+static SegInfo *segs = NULL;
 static UInt seg_cap = 0, seg_next = 1;
+
+static void send_seg_def(UInt id)
+{
+   if (seg_defs.v[id].sent) return;
+   send_def(&obj_defs, segs[id].obj);
+   send_def(&fn_defs, segs[id].fn);
+   send_def(&seg_defs, id);
+}
 
 static ULong enc_prev_seg = 0, enc_prev_addr = 0;
 static ULong n_instr_rec = 0, n_mem_rec = 0, n_dropped = 0;
@@ -227,7 +279,7 @@ static void encode_raw(void)
       Long d = (Long)(id - enc_prev_seg);
       enc_prev_seg = id;
       put_v(&events, (((ULong)d << 1) ^ (ULong)(d >> 63)) << 1);
-      UInt na = seg_nacc[id];
+      UInt na = segs[id].nacc;
       buf_grow(&events, (SizeT)na * 10);
       for (UInt k = 0; k < na; k++) {
          ULong a = raw[i++];
@@ -343,6 +395,8 @@ static Bool inline_seg_head(HWord w)
    }
    if (fixed_full) { n_dropped++; return False; }
    if (raw_n >= RAW_WORDS) encode_raw();
+   UInt id = (UInt)(w >> 8);
+   if (!seg_defs.v[id].sent) send_seg_def(id);
    win_icount += n;
    n_instr_rec += n;
    raw[raw_n++] = w;
@@ -410,12 +464,14 @@ static UInt object_of(Addr a)
    if (seg == NULL) return 0;
    const HChar *name = VG_(am_get_filename)(seg);
    UInt id = next_obj_id++;
-   put_v(&defs_new, BKT_DEF_OBJECT);
-   put_v(&defs_new, id);
-   put_s(&defs_new, name ? name : "[anon]");
-   put_v(&defs_new, seg->start);
-   put_v(&defs_new, seg->end + 1);
-   put_v(&defs_new, name ? (ULong)seg->offset : 0);
+   SizeT start = def_begin();
+   put_v(&def_pool, BKT_DEF_OBJECT);
+   put_v(&def_pool, id);
+   put_s(&def_pool, name ? name : "[anon]");
+   put_v(&def_pool, seg->start);
+   put_v(&def_pool, seg->end + 1);
+   put_v(&def_pool, name ? (ULong)seg->offset : 0);
+   def_end(&obj_defs, id, start);
    if (n_obj_ranges == MAX_OBJ_RANGES) n_obj_ranges = 0; /* a cache: forget */
    obj_ranges[n_obj_ranges].start = seg->start;
    obj_ranges[n_obj_ranges].end = seg->end + 1;
@@ -494,19 +550,21 @@ static UInt function_of(Addr a, UInt obj)
    if (!VG_(get_filename_linenum)(ep, a, &file, &dir, &line)) { file = ""; line = 0; }
    const HChar *entry_name = NULL;
    Bool is_entry = VG_(get_fnname_if_entry)(ep, a, &entry_name);
-   put_v(&defs_new, BKT_DEF_FUNC);
-   put_v(&defs_new, id);
-   put_s(&defs_new, fn_tab[j].name);
+   SizeT start = def_begin();
+   put_v(&def_pool, BKT_DEF_FUNC);
+   put_v(&def_pool, id);
+   put_s(&def_pool, fn_tab[j].name);
    if (dir && dir[0] && file && file[0] != '/') {
       HChar *full = VG_(malloc)("bk.fn.path", VG_(strlen)(dir) + VG_(strlen)(file) + 2);
       VG_(sprintf)(full, "%s/%s", dir, file);
-      put_s(&defs_new, full);
+      put_s(&def_pool, full);
       VG_(free)(full);
    } else {
-      put_s(&defs_new, file ? file : "");
+      put_s(&def_pool, file ? file : "");
    }
-   put_v(&defs_new, line);
-   put_v(&defs_new, is_entry ? a : 0);
+   put_v(&def_pool, line);
+   put_v(&def_pool, is_entry ? a : 0);
+   def_end(&fn_defs, id, start);
    return id;
 }
 
@@ -619,10 +677,9 @@ static void seg_close(IRSB *out, UInt endk)
    UInt id = seg_next++;
    if (id >= seg_cap) {
       UInt ncap = seg_cap ? seg_cap * 2 : 65536;
-      seg_nacc = VG_(realloc)("bk.seg", seg_nacc, ncap * sizeof(UShort));
+      segs = VG_(realloc)("bk.seg", segs, ncap * sizeof(SegInfo));
       seg_cap = ncap;
    }
-   seg_nacc[id] = (UShort)sb_cur.n_acc;
 
    /* Objects and functions are defined before the segment that uses them.
       Accesses made before the segment's first instruction (the rest of an
@@ -630,22 +687,27 @@ static void seg_close(IRSB *out, UInt endk)
       belong to the instruction in flight. */
    UInt obj = sb_cur.n_instr ? object_of(sb_cur.addr[0]) : 0;
    UInt fn = sb_cur.n_instr ? function_of(sb_cur.addr[0], obj) : 0;
-   put_v(&defs_new, BKT_DEF_SEG);
-   put_v(&defs_new, id);
-   put_v(&defs_new, sb_cur.n_instr);
+   segs[id].nacc = (UShort)sb_cur.n_acc;
+   segs[id].obj = obj;
+   segs[id].fn = fn;
+   SizeT start = def_begin();
+   put_v(&def_pool, BKT_DEF_SEG);
+   put_v(&def_pool, id);
+   put_v(&def_pool, sb_cur.n_instr);
    for (UInt i = 0; i < sb_cur.n_instr; i++) {
-      put_v(&defs_new, i == 0 ? sb_cur.addr[0] : sb_cur.addr[i] - sb_cur.addr[i - 1]);
-      put_v(&defs_new, sb_cur.len[i]);
-      put_v(&defs_new, obj);
-      put_v(&defs_new, fn);
+      put_v(&def_pool, i == 0 ? sb_cur.addr[0] : sb_cur.addr[i] - sb_cur.addr[i - 1]);
+      put_v(&def_pool, sb_cur.len[i]);
+      put_v(&def_pool, obj);
+      put_v(&def_pool, fn);
    }
-   put_v(&defs_new, sb_cur.n_acc);
+   put_v(&def_pool, sb_cur.n_acc);
    for (UInt k = 0; k < sb_cur.n_acc; k++) {
-      put_v(&defs_new, sb_cur.acc[k].instr);
-      put_v(&defs_new, sb_cur.acc[k].kind);
-      put_v(&defs_new, sb_cur.acc[k].size);
+      put_v(&def_pool, sb_cur.acc[k].instr);
+      put_v(&def_pool, sb_cur.acc[k].kind);
+      put_v(&def_pool, sb_cur.acc[k].size);
    }
-   put_v(&defs_new, endk);
+   put_v(&def_pool, endk);
+   def_end(&seg_defs, id, start);
 
    HWord w = ((HWord)id << 8) | sb_cur.n_instr;
    IRExpr *wE = mkIRExpr_HWord(w);
@@ -924,6 +986,7 @@ static void bk_mmap(Addr a, SizeT len, Bool r, Bool w, Bool x, ULong di)
    UInt obj = 0;
    NSegment const *seg = VG_(am_find_nsegment)(a);
    if (seg && VG_(am_get_filename)(seg)) obj = object_of(a);
+   send_def(&obj_defs, obj);
    Buf *b = event(BKT_EV_MMAP);
    put_v(b, a);
    put_v(b, len);
@@ -1076,6 +1139,9 @@ static void atfork_child(ThreadId tid)
    n_instr_rec = n_mem_rec = n_dropped = 0;
    fixed_used = 0;
    fixed_full = False;
+   /* The connection belongs to the parent: a child closing its copy of the
+      descriptor (as every fork-exec does) does not end the window. */
+   start_fd = -1;
    if (win_open) emit_ctxsw();
 }
 
