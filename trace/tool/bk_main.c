@@ -264,9 +264,17 @@ static void send_seg_def(UInt id)
 }
 
 static ULong enc_prev_seg = 0, enc_prev_addr = 0;
-static ULong n_instr_rec = 0, n_mem_rec = 0, n_dropped = 0;
+static ULong n_instr_rec = 0, n_mem_rec = 0, n_dropped = 0, n_segs_rec = 0;
+/* The counts as of the last EVENTS message kept: in fixed-buffer mode a
+   message that does not fit is dropped whole and its executions counted
+   as dropped. */
+static ULong ok_instr = 0, ok_mem = 0, ok_segs = 0;
 
+/* EVENTS messages are cut at this size: large when streaming, small in
+   fixed-buffer mode so that little is lost when the buffer fills. */
 #define EVENTS_MSG_BYTES (1 << 20)
+#define EVENTS_MSG_BYTES_FIXED (16 << 10)
+static SizeT events_msg_bytes = EVENTS_MSG_BYTES;
 
 static void send_events(void);
 
@@ -288,7 +296,7 @@ static void encode_raw(void)
       }
    }
    raw_n = 0;
-   if (events.n >= EVENTS_MSG_BYTES) send_events();
+   if (events.n >= events_msg_bytes) send_events();
 }
 
 static Bool recording_stopped(void);
@@ -305,6 +313,15 @@ static void send_events(void)
    }
    if (events.n) {
       if (!fixed_full && !send_msg(BKT_CHUNK_EVENTS, events.b, events.n)) fixed_full = True;
+      if (fixed_full) {
+         n_dropped += n_segs_rec - ok_segs;
+         n_instr_rec = ok_instr;
+         n_mem_rec = ok_mem;
+         n_segs_rec = ok_segs;
+      }
+      ok_instr = n_instr_rec;
+      ok_mem = n_mem_rec;
+      ok_segs = n_segs_rec;
       events.n = 0;
    }
    enc_prev_seg = enc_prev_addr = 0;
@@ -399,6 +416,7 @@ static Bool inline_seg_head(HWord w)
    if (!seg_defs.v[id].sent) send_seg_def(id);
    win_icount += n;
    n_instr_rec += n;
+   n_segs_rec++;
    raw[raw_n++] = w;
    return True;
 }
@@ -1136,7 +1154,8 @@ static void atfork_child(ThreadId tid)
    events.n = 0;
    raw_n = 0;
    enc_prev_seg = enc_prev_addr = 0;
-   n_instr_rec = n_mem_rec = n_dropped = 0;
+   n_instr_rec = n_mem_rec = n_dropped = n_segs_rec = 0;
+   ok_instr = ok_mem = ok_segs = 0;
    fixed_used = 0;
    fixed_full = False;
    /* The connection belongs to the parent: a child closing its copy of the
@@ -1156,7 +1175,10 @@ static void bk_post_clo_init(void)
    clo_start_closed = clo_start_sys || clo_start_fn || clo_skip > 0;
    win_open = !clo_start_closed;
    read_state_file();
-   if (clo_buffer > 0) fixed_buf = VG_(malloc)("bk.fixed", clo_buffer);
+   if (clo_buffer > 0) {
+      fixed_buf = VG_(malloc)("bk.fixed", clo_buffer);
+      events_msg_bytes = EVENTS_MSG_BYTES_FIXED;
+   }
    connect_recorder();
    send_hello();
    if (win_open) emit_ctxsw();

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""bunkai trace: recording speed, trace size and report throughput.
+
+For each workload (real Debian programs on generated inputs), measured in
+one run on this machine:
+  native   the program alone
+  lackey   valgrind --tool=lackey --trace-mem=yes --log-file=FILE (the
+           baseline the issue names: every instruction and access, as text)
+  bunkai   bunkai trace record (every instruction and access, binary)
+and `bunkai trace report` over the recorded trace.
+Targets: recording no slower than lackey (aim: <= 20x native), <= 4 bytes
+per instruction on disk with memory references, report >= 20M records/s.
+Writes bench/results/trace.md.
+
+    bench/trace/speed.py [--quick] [--out FILE] [--work DIR]
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUNKAI = os.path.join(ROOT, "build", "bin", "bunkai")
+
+
+def log(msg):
+    print(f"bench-trace: {msg}", file=sys.stderr, flush=True)
+
+
+def make_inputs(work, quick):
+    """Deterministic inputs: text built from the system's licence texts,
+    repeated to size, and an SQL script."""
+    base = b""
+    lic = "/usr/share/common-licenses"
+    for n in sorted(os.listdir(lic)):
+        p = os.path.join(lic, n)
+        if os.path.isfile(p):
+            base += open(p, "rb").read()
+    size = (64 if quick else 256) * 1024
+    text = (base * (size // len(base) + 1))[:size]
+    tpath = os.path.join(work, "input.txt")
+    open(tpath, "wb").write(text)
+    rows = 500 if quick else 2000
+    sql = ["create table t(id integer primary key, name text, v real);", "begin;"]
+    sql += [f"insert into t(name, v) values('name{i:05d}', {i * 0.5});" for i in range(rows)]
+    sql += ["commit;", "create index tv on t(v);",
+            "select count(*), sum(v) from t where name like 'name1%';",
+            "select name from t order by v desc limit 3;"]
+    spath = os.path.join(work, "script.sql")
+    open(spath, "w").write("\n".join(sql) + "\n")
+    return tpath, spath
+
+
+def timed(cmd, stdout=subprocess.DEVNULL, reps=1):
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        r = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE)
+        ts.append(time.perf_counter() - t)
+        if r.returncode != 0:
+            raise SystemExit(f"bench-trace: {' '.join(cmd)} failed: {r.stderr.decode()[-300:]}")
+    return statistics.median(ts), r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller inputs")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "trace.md"))
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench", "trace-speed"))
+    args = ap.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    text, sql = make_inputs(args.work, args.quick)
+    db = os.path.join(args.work, "t.db")
+    workloads = [
+        ("gzip -6", ["gzip", "-6", "-c", text]),
+        ("xz -1", ["xz", "-1", "-c", text]),
+        ("sqlite3", ["sh", "-c", f"rm -f {db}; exec sqlite3 {db} < {sql}"]),
+    ]
+    rows = []
+    for name, cmd in workloads:
+        native, _ = timed(cmd, reps=3)
+        trace = os.path.join(args.work, "t.bkt")
+        t_ours, r = timed([BUNKAI, "trace", "record", "-o", trace, "--json", "--", *cmd])
+        rec = json.loads([l for l in r.stderr.decode().split("\n") if l.startswith("{")][-1])
+        lk = os.path.join(args.work, "lackey.txt")
+        t_lk, _ = timed(["valgrind", "--tool=lackey", "--trace-mem=yes", f"--log-file={lk}", *cmd])
+        lk_bytes = os.path.getsize(lk)
+        os.unlink(lk)
+        t_rep, r = timed([BUNKAI, "trace", "report", trace, "--json"], stdout=subprocess.PIPE)
+        rep = json.loads(r.stdout)
+        records = rep.get("records", rec["instructions"] + rec["memory_references"])
+        rows.append({
+            "name": name, "native": native, "ours": t_ours, "lackey": t_lk,
+            "instructions": rec["instructions"], "memrefs": rec["memory_references"],
+            "bytes": rec["bytes"], "lackey_bytes": lk_bytes, "report": t_rep,
+            "report_inner": rep.get("seconds"), "records": records,
+        })
+        log(f"{name}: native {native:.3f} s, bunkai {t_ours:.2f} s, lackey {t_lk:.2f} s, "
+            f"{rec['bytes'] / rec['instructions']:.3f} B/instr, report {records / t_rep / 1e6:.1f} M rec/s")
+        os.unlink(trace)
+
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    out = ["# `bunkai trace`: recording speed, trace size, report throughput", ""]
+    out.append(f"Measured by `bench/trace/speed.py{' --quick' if args.quick else ''}` on {cpu} ({os.cpu_count()} cores), "
+               "all columns in the same run. Baseline: `valgrind --tool=lackey --trace-mem=yes --log-file=F`, which records "
+               "the same instructions and accesses as text.")
+    out.append("")
+    out.append("| workload | instructions | memory refs | native | lackey | bunkai | bunkai / lackey | bunkai / native | target |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        ok = "PASS" if r["ours"] <= r["lackey"] else "MISS"
+        out.append(f"| {r['name']} | {r['instructions']:,} | {r['memrefs']:,} | {r['native']:.3f} s | {r['lackey']:.2f} s | "
+                   f"{r['ours']:.2f} s | {r['ours'] / r['lackey']:.2f}x | {r['ours'] / r['native']:.0f}x | "
+                   f"{ok} (≤ lackey; aim ≤ 20x native: {'met' if r['ours'] / r['native'] <= 20 else 'not met'}) |")
+    out.append("")
+    out.append("| workload | bunkai bytes | bytes / instruction | lackey bytes | target ≤ 4 B/instr |")
+    out.append("|---|---:|---:|---:|---|")
+    for r in rows:
+        per = r["bytes"] / r["instructions"]
+        out.append(f"| {r['name']} | {r['bytes']:,} | {per:.3f} | {r['lackey_bytes']:,} | {'PASS' if per <= 4 else 'MISS'} |")
+    out.append("")
+    out.append("| workload | records (instructions + refs) | `report` wall time | records/s | target ≥ 20M/s |")
+    out.append("|---|---:|---:|---:|---|")
+    for r in rows:
+        rate = r["records"] / r["report"]
+        out.append(f"| {r['name']} | {r['records']:,} | {r['report']:.3f} s | {rate / 1e6:.1f} M | {'PASS' if rate >= 20e6 else 'MISS'} |")
+    out.append("")
+    out.append("Native times are medians of 3 runs; the others are single runs (each takes seconds). The recorder compresses on "
+               "a second core while Valgrind runs; `report` wall time includes process start and reading the file.")
+    md = "\n".join(out) + "\n"
+    tmp = args.out + ".tmp"
+    open(tmp, "w").write(md)
+    os.replace(tmp, args.out)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
