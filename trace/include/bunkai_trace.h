@@ -74,7 +74,8 @@
  * EVENTS: a sequence of records. Each starts with v h:
  *   h even: one execution of segment (prev_seg + unzigzag(h >> 1)), then
  *           one z per access of that segment: address - prev_addr; the
- *           address becomes prev_addr. prev_seg and prev_addr are 0 at the
+ *           address becomes prev_addr. An address of all ones (BKT_NOT_PERFORMED)
+ *           is a guarded access whose guard was false: it did not happen. prev_seg and prev_addr are 0 at the
  *           start of every EVENTS message, so messages decode independently.
  *   h odd:  event (h >> 1) = BKT_EV_*, fields as listed below.
  *
@@ -109,6 +110,9 @@
 #define BKT_ACC_LOAD 0   /* L */
 #define BKT_ACC_STORE 1  /* S */
 #define BKT_ACC_MODIFY 2 /* M: a load and a store of the same address */
+
+/* The address of a guarded access that did not happen. */
+#define BKT_NOT_PERFORMED 0xffffffffffffffffull
 
 /* How a segment ends. */
 #define BKT_END_BRANCH 0  /* side exit or plain jump */

@@ -70,7 +70,8 @@ pub struct RecordArgs {
     /// zstd level of the chunks
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub level: i32,
-    /// Print a JSON summary on stdout
+    /// Print the summary as one line of JSON on stderr (stdout belongs to
+    /// the traced command)
     #[arg(long)]
     pub json: bool,
     /// Explain what is being done (the Valgrind command, each stream)
@@ -89,40 +90,28 @@ pub fn syscall_numbers(spec: &str) -> Result<Vec<u32>> {
             out.push(n);
             continue;
         }
-        let nums: &[u32] = match part {
-            "read" => &[0],
-            "write" => &[1],
-            "open" => &[2, 257],
-            "openat" => &[257],
-            "close" => &[3],
-            "poll" => &[7, 271],
-            "mmap" => &[9],
-            "ioctl" => &[16],
-            "writev" => &[20],
-            "select" => &[23, 270],
-            "socket" => &[41],
-            "connect" => &[42],
+        // Names that stand for a family (the libc call and its newer
+        // syscall), then any x86-64 syscall name.
+        let family: &[u32] = match part {
             "accept" => &[43, 288],
-            "accept4" => &[288],
-            "sendto" => &[44],
-            "recvfrom" => &[45],
-            "sendmsg" => &[46],
-            "recvmsg" => &[47],
-            "shutdown" => &[48],
-            "bind" => &[49],
-            "listen" => &[50],
-            "clone" | "fork" => &[56, 57, 435],
+            "open" => &[2, 257],
+            "poll" => &[7, 271],
+            "select" => &[23, 270],
+            "fork" | "clone" => &[56, 57, 435],
             "execve" => &[59, 322],
-            "exit" => &[60],
-            "wait4" => &[61],
-            "kill" => &[62],
             "epoll_wait" => &[232, 281],
-            "exit_group" => &[231],
-            "nanosleep" => &[35, 230],
-            "getpid" => &[39],
-            _ => bail!("unknown syscall name '{part}' (give its number instead, e.g. --start-syscall 43)"),
+            "wait" => &[61, 247],
+            _ => &[],
         };
-        out.extend_from_slice(nums);
+        let nums: Vec<u32> = if !family.is_empty() {
+            family.to_vec()
+        } else {
+            match (0..512u32).find(|&n| crate::dump::syscall_name(n as u64) == Some(part)) {
+                Some(n) => vec![n],
+                None => bail!("unknown syscall name '{part}' (give its number instead, e.g. --start-syscall 43)"),
+            }
+        };
+        out.extend_from_slice(&nums);
     }
     if out.is_empty() {
         bail!("empty syscall list (name one, e.g. accept)");
@@ -435,7 +424,7 @@ pub fn run(a: &RecordArgs) -> Result<ExitCode> {
     let per = if instr > 0 { bytes as f64 / instr as f64 } else { 0.0 };
     let code = status.code().unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0));
     if a.json {
-        println!(
+        eprintln!(
             "{}",
             serde_json::json!({
                 "output": a.output, "bytes": bytes, "instructions": instr, "memory_references": mem,

@@ -663,7 +663,7 @@ static void add_store(IRExpr *addr, UInt size, Bool guarded)
 static IRExpr *guarded_addr(IRSB *out, IRExpr *addr, IRExpr *guard)
 {
    IRTemp t = newIRTemp(out->tyenv, Ity_I64);
-   addStmtToIRSB(out, IRStmt_WrTmp(t, IRExpr_ITE(guard, addr, mkIRExpr_HWord(~(HWord)0))));
+   addStmtToIRSB(out, IRStmt_WrTmp(t, IRExpr_ITE(guard, addr, mkIRExpr_HWord((HWord)BKT_NOT_PERFORMED))));
    return IRExpr_RdTmp(t);
 }
 
