@@ -49,6 +49,7 @@ test: all fetch-sqlite
 bench: all fetch-sqlite
 	@bash bench/scatter/run.sh
 	@bash bench/mod/run.sh
+	@bash bench/trace/run.sh
 	@bash bench/scatter/net.sh
 
 clean:

@@ -195,7 +195,11 @@ def record(conf, port, case, out):
     """Traces one request, from accept() to the close of its connection."""
     cmd = [BUNKAI, "trace", "record", "-o", out, "--json", "--start-syscall", "accept",
            "--stop-at-close", "--", APACHE, "-X", "-f", conf]
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    # The recorder's stderr goes to a file: a pipe would block us if a
+    # traced process outlived the recorder while holding it.
+    errpath = out + ".log"
+    with open(errpath, "w") as errf:
+        p = subprocess.Popen(cmd, stderr=errf, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     try:
         wait_listening(port, p, 120)
         body = get(port, REQUEST[case])
@@ -203,10 +207,10 @@ def record(conf, port, case, out):
             raise SystemExit(f"bench-trace: {case}: unexpected answer under the tracer: {body[:80]!r}")
     finally:
         stop(p)  # the recorder passes SIGTERM to Apache and writes the trace
-    err = p.stderr.read().decode(errors="replace").split("\n")
+    err = open(errpath).read().split("\n")
     lines = [l for l in err if l.startswith("{")]
     if not lines:
-        raise SystemExit(f"bench-trace: {case}: the recorder failed: {' '.join(err[-3:])}")
+        raise SystemExit(f"bench-trace: {case}: the recorder failed: {' | '.join(err[-8:])}")
     summary = json.loads(lines[-1])
     if not os.path.exists(out):
         raise SystemExit(f"bench-trace: {case}: no trace written")

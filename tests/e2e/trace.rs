@@ -1,0 +1,353 @@
+//! End-to-end tests of `bunkai trace`: the real CLI and the Valgrind tool on
+//! real programs, checked against Valgrind's own callgrind and lackey, and
+//! on Debian's Apache httpd (the paper's case study).
+
+use bunkai_e2e::{bunkai, bunkai_fails, bunkai_ok, program, run_with_stdin};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory holding the tool, canonical (the client sees VALGRIND_LIB
+/// in its environment, so it must be the same string everywhere).
+fn tool_dir() -> PathBuf {
+    let b = bunkai();
+    b.parent().unwrap().join("../lib/bunkai/valgrind").canonicalize().expect("the Valgrind tool is built")
+}
+
+/// A command with a minimal, fixed environment, so that two runs of a
+/// program under two Valgrind tools execute the same instructions.
+fn clean(cmd: &mut Command) -> &mut Command {
+    cmd.env_clear().env("PATH", "/usr/bin:/bin").env("VALGRIND_LIB", tool_dir())
+}
+
+fn cc(src: &str, out: &Path, extra: &[&str]) -> PathBuf {
+    let st = Command::new("gcc")
+        .arg("-O1")
+        .arg("-g")
+        .arg(program(src))
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed on {src}");
+    out.to_path_buf()
+}
+
+fn record(out: &Path, opts: &[&str], cmd: &[&str]) -> Value {
+    let mut c = Command::new(bunkai());
+    clean(&mut c).args(["trace", "record", "-o"]).arg(out).arg("--json").args(opts).arg("--").args(cmd);
+    let o = run_with_stdin(c.stdout(Stdio::null()), None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "record {cmd:?} failed: {err}");
+    let line = err.lines().filter(|l| l.starts_with('{')).last().expect("a JSON summary");
+    serde_json::from_str(line).unwrap()
+}
+
+fn report(trace: &Path) -> Value {
+    let o = bunkai_ok(&["trace", "report", "--json", trace.to_str().unwrap()]);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn dump_json(trace: &Path) -> Vec<Value> {
+    let o = bunkai_ok(&["trace", "dump", "--json", trace.to_str().unwrap()]);
+    String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn calls_text(trace: &Path) -> String {
+    String::from_utf8(bunkai_ok(&["trace", "calls", trace.to_str().unwrap()]).stdout).unwrap()
+}
+
+/// callgrind's total Ir for a run of `cmd` in the clean environment.
+fn callgrind_total(cmd: &[&str], dir: &Path) -> u64 {
+    let out = dir.join("callgrind.out");
+    let mut c = Command::new("valgrind");
+    clean(&mut c).arg("--tool=callgrind").arg(format!("--callgrind-out-file={}", out.display())).args(cmd);
+    let o = run_with_stdin(c.stdout(Stdio::null()), None);
+    assert!(o.status.success(), "callgrind failed: {}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let line = text.lines().find(|l| l.starts_with("summary:")).expect("callgrind summary line");
+    line["summary:".len()..].trim().parse().unwrap()
+}
+
+#[test]
+fn instruction_counts_equal_callgrind() {
+    let d = tempfile::tempdir().unwrap();
+    let loopbin = cc("trace/window.c", &d.path().join("window"), &[]);
+    let staticbin = cc("trace/window.c", &d.path().join("window-static"), &["-static"]);
+    for bin in [&loopbin, &staticbin] {
+        let cmd = [bin.to_str().unwrap()];
+        let cg = callgrind_total(&cmd, d.path());
+        let trace = d.path().join("t.bkt");
+        let sum = record(&trace, &[], &cmd);
+        let rep = report(&trace);
+        assert_eq!(rep["total_instructions"].as_u64().unwrap(), sum["instructions"].as_u64().unwrap());
+        // callgrind collects a block's cost when the block is left; the last
+        // block, which makes the exit_group syscall, is never left. So its
+        // total is exactly our count before that block.
+        let recs = dump_json(&trace);
+        let last = recs.iter().filter(|r| r["type"] == "exec").last().unwrap();
+        assert_eq!(last["end"], "syscall");
+        assert_eq!(last["instr"].as_u64().unwrap(), cg, "{}: ours before the final block vs callgrind", bin.display());
+        let last_len = last["insns"].as_array().unwrap().len() as u64;
+        assert_eq!(sum["instructions"].as_u64().unwrap(), cg + last_len);
+    }
+}
+
+#[test]
+fn memory_references_match_lackey_exactly() {
+    let d = tempfile::tempdir().unwrap();
+    // Static: in a dynamic program ld.so's strcspn reads past the end of
+    // the last environment string into the AT_RANDOM bytes, and indexes a
+    // table with them, so two lackey runs of it differ from each other.
+    let bin = cc("trace/window.c", &d.path().join("window"), &["-static"]);
+    let trace = d.path().join("t.bkt");
+    record(&trace, &[], &[bin.to_str().unwrap()]);
+    let ours = bunkai_ok(&["trace", "dump", "--lackey", trace.to_str().unwrap()]).stdout;
+    // lackey with superblock chasing off: with it on, VEX 3.16+ merges
+    // `a && b` branches speculatively and lackey then lists instructions
+    // that never ran (the "and" side of a branch that was taken).
+    let log = d.path().join("lackey.txt");
+    let mut c = Command::new("valgrind");
+    clean(&mut c)
+        .args(["--tool=lackey", "--vex-guest-chase=no", "--trace-mem=yes"])
+        .arg(format!("--log-file={}", log.display()))
+        .arg(&bin);
+    let o = run_with_stdin(c.stdout(Stdio::null()), None);
+    assert!(o.status.success());
+    let lk: String = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("I ") || l.starts_with(" L") || l.starts_with(" S") || l.starts_with(" M"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let ours = String::from_utf8(ours).unwrap();
+    assert!(lk.lines().count() > 50_000, "lackey printed too little");
+    assert!(ours.lines().any(|l| l.starts_with(" M")), "no modify accesses at all");
+    if ours != lk {
+        let (i, (a, b)) = ours.lines().zip(lk.lines()).enumerate().find(|(_, (a, b))| a != b).unwrap_or((0, ("", "")));
+        panic!("differs from lackey at line {i}: ours {a:?}, lackey {b:?} ({} vs {} lines)", ours.lines().count(), lk.lines().count());
+    }
+}
+
+#[test]
+fn windows_start_and_stop_where_asked() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = cc("trace/window.c", &d.path().join("window"), &[]);
+    let cmd = [bin.to_str().unwrap()];
+    let full = d.path().join("full.bkt");
+    let all = record(&full, &[], &cmd)["instructions"].as_u64().unwrap();
+    assert!(calls_text(&full).contains("phase_outside"));
+
+    // At function entries.
+    let t = d.path().join("func.bkt");
+    let n = record(&t, &["--start-func", "marker_start", "--stop-func", "marker_stop"], &cmd)["instructions"]
+        .as_u64()
+        .unwrap();
+    let calls = calls_text(&t);
+    assert!(calls.contains("work_inside") && calls.contains("inner"), "{calls}");
+    assert!(!calls.contains("phase_outside") && !calls.contains("printf"), "{calls}");
+    // work_inside: 1000 iterations of a loop calling inner(), a few
+    // instructions each; nothing of the 2 x 2000-iteration phases.
+    assert!((5_000..40_000).contains(&n), "func window: {n} instructions");
+
+    // At syscalls: from getppid() returning to getuid().
+    let t = d.path().join("sys.bkt");
+    record(&t, &["--start-syscall", "getppid", "--stop-syscall", "getuid"], &cmd);
+    let rep = report(&t);
+    assert_eq!(rep["syscalls"], 2, "the start and the stop syscall: {}", rep["syscalls"]);
+    let calls = calls_text(&t);
+    assert!(calls.contains("work_inside") && !calls.contains("phase_outside"), "{calls}");
+
+    // After N instructions, for N instructions.
+    let t = d.path().join("count.bkt");
+    let n = record(&t, &["--skip", "20000", "--max", "5000"], &cmd)["instructions"].as_u64().unwrap();
+    assert!((5_000..5_000 + 256).contains(&n), "count window: {n}");
+    let t = d.path().join("skip.bkt");
+    let n = record(&t, &["--skip", "20000"], &cmd)["instructions"].as_u64().unwrap();
+    // The window opens at the start of the segment that crosses N.
+    assert!(n >= all - 20_000 && n < all - 20_000 + 256, "skip window: {n} of {all}");
+
+    // Only the program's own code.
+    let t = d.path().join("obj.bkt");
+    record(&t, &["--object", "window"], &cmd);
+    let rep = report(&t);
+    let names: Vec<&str> = rep["components"].as_array().unwrap().iter().filter(|c| c["kind"] != "kernel").map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["window"], "{names:?}");
+}
+
+#[test]
+fn threads_and_forked_children_are_traced() {
+    let d = tempfile::tempdir().unwrap();
+    let thr = cc("trace/threads.c", &d.path().join("threads"), &["-pthread"]);
+    let t = d.path().join("thr.bkt");
+    record(&t, &[], &[thr.to_str().unwrap()]);
+    let recs = dump_json(&t);
+    let created = recs.iter().filter(|r| r["event"] == "thread_new").count();
+    assert!(created >= 3, "3 workers created (and the main thread): {created}");
+    let mut tids: Vec<u64> = recs.iter().filter(|r| r["type"] == "exec").map(|r| r["tid"].as_u64().unwrap()).collect();
+    tids.sort();
+    tids.dedup();
+    // Valgrind reuses the slot of a thread that has ended.
+    assert!(tids.len() >= 3, "the main thread and workers ran: {tids:?}");
+    let calls = calls_text(&t);
+    assert!(calls.contains("worker"), "{calls}");
+
+    let fe = cc("trace/forkexec.c", &d.path().join("forkexec"), &[]);
+    let t = d.path().join("fe.bkt");
+    record(&t, &[], &[fe.to_str().unwrap(), "/bin/true"]);
+    let rep = report(&t);
+    let streams = rep["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 3, "parent, child before exec, /bin/true: {streams:?}");
+    assert_eq!(streams[2]["executable"], "/bin/true");
+    assert_eq!(streams[1]["ended"], "exec");
+    assert_eq!(streams[0]["pid"], streams[1]["ppid"]);
+    let names: Vec<&str> = rep["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"forkexec") && names.contains(&"true"), "{names:?}");
+}
+
+#[test]
+fn fixed_buffer_mode_stops_when_full() {
+    let d = tempfile::tempdir().unwrap();
+    let bin = cc("trace/window.c", &d.path().join("window"), &[]);
+    let t = d.path().join("buf.bkt");
+    let s = record(&t, &["--buffer", "64KiB"], &[bin.to_str().unwrap()]);
+    assert!(s["dropped_segments"].as_u64().unwrap() > 0, "{s}");
+    let rep = report(&t);
+    assert!(rep["total_instructions"].as_u64().unwrap() > 10_000);
+}
+
+#[test]
+fn damaged_traces_are_refused_with_the_offset() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("t.bkt");
+    record(&t, &[], &["/bin/true"]);
+    let full = std::fs::read(&t).unwrap();
+
+    let cut = d.path().join("cut.bkt");
+    std::fs::write(&cut, &full[..full.len() / 2]).unwrap();
+    let (_, err) = bunkai_fails(&["trace", "report", cut.to_str().unwrap()]);
+    assert!(err.starts_with("bunkai trace: ") && err.contains("truncated at byte"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
+    let bad = d.path().join("bad.bkt");
+    let mut b = full.clone();
+    let i = b.len() / 2;
+    b[i] ^= 0x55;
+    std::fs::write(&bad, &b).unwrap();
+    let (_, err) = bunkai_fails(&["trace", "dump", bad.to_str().unwrap()]);
+    assert!(err.contains("corrupted at byte") || err.contains("truncated at byte"), "{err}");
+
+    let txt = d.path().join("notes.txt");
+    std::fs::write(&txt, "not a trace\n").unwrap();
+    let (_, err) = bunkai_fails(&["trace", "calls", txt.to_str().unwrap()]);
+    assert!(err.contains("not a bunkai trace"), "{err}");
+
+    let (_, err) = bunkai_fails(&["trace", "record", "-o", d.path().join("x").to_str().unwrap(), "--", "/no/such/program"]);
+    assert!(err.contains("no such program"), "{err}");
+    assert!(!d.path().join("x").exists());
+}
+
+/// The paper's case study in small: Debian's Apache httpd serving the HTML
+/// page of Fig. 2, traced from accept() to the close of the connection.
+#[test]
+fn apache_request_from_accept_to_close() {
+    if !Path::new("/usr/sbin/apache2").exists() {
+        panic!("apache2 is missing: run scripts/install-deps.sh");
+    }
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    std::fs::create_dir_all(root.join("htdocs")).unwrap();
+    std::fs::create_dir_all(root.join("run")).unwrap();
+    std::fs::write(root.join("htdocs/index.html"), "<HTML><BODY><CENTER>AA</CENTER></BODY></HTML>\n").unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let m = "/usr/lib/apache2/modules";
+    let conf = format!(
+        "ServerRoot {r}\nServerName localhost\nListen 127.0.0.1:{port}\n\
+         LoadModule mpm_prefork_module {m}/mod_mpm_prefork.so\nLoadModule authz_core_module {m}/mod_authz_core.so\n\
+         LoadModule mime_module {m}/mod_mime.so\nUser nobody\nGroup nogroup\nPidFile {r}/run/pid\n\
+         DefaultRuntimeDir {r}/run\nMutex file:{r}/run default\nErrorLog {r}/run/error.log\n\
+         TypesConfig /dev/null\nAddType text/html .html\nDocumentRoot {r}/htdocs\n\
+         <Directory />\n Require all granted\n</Directory>\n",
+        r = root.display()
+    );
+    std::fs::write(root.join("httpd.conf"), conf).unwrap();
+    // Apache drops to nobody: its files must be readable by it.
+    for p in [root.to_path_buf(), root.join("htdocs"), root.join("run"), root.join("htdocs/index.html")] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let trace = root.join("html.bkt");
+    let mut rec = Command::new(bunkai())
+        .args(["trace", "record", "-o"])
+        .arg(&trace)
+        .args(["--start-syscall", "accept", "--stop-at-close", "--", "/usr/sbin/apache2", "-X", "-f"])
+        .arg(root.join("httpd.conf"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ready when the port is in LISTEN state (read from /proc, so the check
+    // is not itself a connection the traced accept() would see).
+    let want = format!("0100007F:{port:04X}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        if tcp.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1] == want && f[3] == "0A"
+        }) {
+            break;
+        }
+        if let Some(st) = rec.try_wait().unwrap() {
+            panic!("the recorder exited early: {st}");
+        }
+        assert!(Instant::now() < deadline, "apache did not listen within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let body = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(b"GET /index.html HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+        let mut v = String::new();
+        s.read_to_string(&mut v).unwrap();
+        v
+    };
+    assert!(body.starts_with("HTTP/1.1 200") && body.contains("<CENTER>AA</CENTER>"), "{body}");
+    // SIGTERM to the recorder: it passes it on to Apache and writes the trace.
+    unsafe { kill(rec.id() as i32, 15) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rec.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the recorder did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rep = report(&trace);
+    let comp = |n: &str| rep["components"].as_array().unwrap().iter().find(|c| c["name"] == n).cloned();
+    let httpd = comp("apache2").expect("an apache2 component");
+    assert_eq!(httpd["kind"], "program");
+    assert!(httpd["instructions"].as_u64().unwrap() > 5_000, "{httpd}");
+    assert!(comp("libc.so.6").is_some(), "a libc component");
+    let syscalls = rep["syscalls"].as_u64().unwrap();
+    assert!((5..200).contains(&syscalls), "syscalls in the window: {syscalls}");
+    // The window began at accept and ended at the close of that connection.
+    let recs = dump_json(&trace);
+    let sys: Vec<&Value> = recs.iter().filter(|r| r["event"] == "syscall").collect();
+    let first = sys.first().unwrap();
+    let last = sys.last().unwrap();
+    assert!(first["name"] == "accept4" || first["name"] == "accept", "{first}");
+    assert_eq!(last["name"], "close", "{last}");
+    assert_eq!(last["args"][0], first["result"], "closed the accepted descriptor");
+    let svg = root.join("pages.svg");
+    bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("apache2"));
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
