@@ -9,6 +9,7 @@
 //! chunks to a temporary file that is renamed into place at the end.
 
 use crate::format::{self, Writer};
+use crate::report::commas;
 use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -436,14 +437,14 @@ pub fn run(a: &RecordArgs) -> Result<ExitCode> {
     } else {
         eprintln!(
             "bunkai trace: {} instructions, {} memory references, {} stream(s) in {:.2} s -> {} ({} bytes, {:.3} B/instruction){}",
-            group(instr),
-            group(mem),
+            commas(instr),
+            commas(mem),
             n,
             elapsed.as_secs_f64(),
             a.output.display(),
-            group(bytes),
+            commas(bytes),
             per,
-            if dropped > 0 { format!("; buffer full: {} segment executions not recorded", group(dropped)) } else { String::new() }
+            if dropped > 0 { format!("; buffer full: {} segment executions not recorded", commas(dropped)) } else { String::new() }
         );
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
@@ -452,17 +453,4 @@ pub fn run(a: &RecordArgs) -> Result<ExitCode> {
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
-}
-
-/// 1234567 -> "1,234,567"
-pub fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
