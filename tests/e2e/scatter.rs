@@ -273,6 +273,8 @@ fn cli_basics() {
     assert!(h.contains("--lib") && h.contains("CLANG_FLAGS"), "{h}");
     let (_, err) = bunkai_fails(&["stats", "/nonexistent-dir"]);
     assert!(err.starts_with("bunkai stats: ") && err.contains("manifest.json"), "{err}");
-    let (_, err) = bunkai_fails(&["trace"]);
+    let (_, err) = bunkai_fails(&["share"]);
     assert!(err.contains("not built yet"), "{err}");
+    let (_, err) = bunkai_fails(&["trace", "report", "/nonexistent.bkt"]);
+    assert!(err.starts_with("bunkai trace: ") && err.trim_end().lines().count() == 1, "{err}");
 }
