@@ -8,12 +8,23 @@ use std::sync::Mutex;
 /// Writes `data` to `path` through a temporary file in the same directory
 /// and a rename, so readers see the old file or the new one, never a part.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
+    write_atomic_with(path, |w| Ok(w.write_all(data)?))
+}
+
+/// Like `write_atomic`, for output produced piece by piece: `write` fills a
+/// buffered temporary file that is renamed over `path` only if it succeeds.
+pub fn write_atomic_with(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let tmp = tempfile::Builder::new()
         .prefix(".bunkai-")
         .tempfile_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    tmp.write_all(data)?;
+        .with_context(|| format!("cannot write in {} (check the directory exists and is writable)", dir.display()))?;
+    let mut w = std::io::BufWriter::new(tmp);
+    write(&mut w)?;
+    let tmp = w.into_inner().map_err(|e| anyhow::anyhow!("cannot write {} ({})", path.display(), e.error()))?;
     tmp.as_file().sync_all().ok();
     // tempfile creates 0600; outputs are served by any static web server,
     // so they get the usual 0644.

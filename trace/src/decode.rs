@@ -856,24 +856,6 @@ where
     Ok(ControlFlow::Continue(()))
 }
 
-/// Writes a file through a temporary file beside it and a rename, so the
-/// target either is complete or untouched.
-pub fn write_atomic(target: &Path, write: impl FnOnce(&mut dyn std::io::Write) -> Result<()>) -> Result<()> {
-    let dir = match target.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::Builder::new().prefix(".bunkai-out-").tempfile_in(dir).map_err(|e| {
-        anyhow::anyhow!("cannot create a file in {} ({e}; check the directory exists and is writable)", dir.display())
-    })?;
-    let mut w = std::io::BufWriter::new(tmp);
-    write(&mut w)?;
-    let tmp = w.into_inner().map_err(|e| anyhow::anyhow!("{}: {}", target.display(), e.error()))?;
-    let _ = std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644));
-    tmp.persist(target).map_err(|e| anyhow::anyhow!("cannot write {} ({})", target.display(), e.error))?;
-    Ok(())
-}
-
 /// Buffered, locked standard output.
 pub type Stdout = std::io::BufWriter<std::io::StdoutLock<'static>>;
 

@@ -211,7 +211,7 @@ impl Picture {
 
     /// Writes the picture via a temporary file and a rename.
     pub fn write(&self, out: &Path, format: Format) -> Result<()> {
-        crate::decode::write_atomic(out, |w| match format {
+        bunkai_scatter::util::write_atomic_with(out, |w| match format {
             Format::Svg => {
                 w.write_all(self.svg().as_bytes())?;
                 Ok(())
