@@ -224,10 +224,6 @@ def report(trace, cpu, seconds):
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
-def n(x):
-    return "n/a" if x is None else f"{x:,}" if isinstance(x, int) else f"{x:,.1f}"
-
-
 def table_rows(rep, case):
     """Our components in the paper's columns: httpd (apache2, over all its
     processes), the CGI program, the shared libraries (pages distinct over

@@ -63,7 +63,6 @@ static const HChar *clo_stop_fn = NULL;
 static Long clo_skip = 0;             /* open after this many instructions */
 static Long clo_max = 0;              /* close after this many in the window */
 static const HChar *clo_objects = NULL; /* comma list of object name parts */
-static Bool clo_start_closed = False; /* some start condition was given */
 
 static Bool bk_process_cmd_line_option(const HChar *arg)
 {
@@ -299,7 +298,7 @@ static void encode_raw(void)
    if (events.n >= events_msg_bytes) send_events();
 }
 
-static Bool recording_stopped(void);
+static void end_window_if_full(void);
 static void copy_defs_all(void);
 
 /* Sends pending definitions, then the events built so far. */
@@ -325,7 +324,7 @@ static void send_events(void)
       events.n = 0;
    }
    enc_prev_seg = enc_prev_addr = 0;
-   (void)recording_stopped();
+   end_window_if_full();
 }
 
 /* Starts an event record: flushes pending segment words first so that the
@@ -365,13 +364,12 @@ static void window(Bool open, UInt reason)
 }
 
 /* In fixed-buffer mode, a full buffer ends the window. */
-static Bool recording_stopped(void)
+static void end_window_if_full(void)
 {
    if (fixed_full && win_open) {
       win_open = False;
       win_done = True;
    }
-   return fixed_full;
 }
 
 /* Context switches so far, from /proc/self/status (the stand-in for the
@@ -884,14 +882,9 @@ static void flush_all(void);
 static void bk_pre_syscall(ThreadId tid, UInt sysno, UWord *args, UInt nArgs)
 {
    if (tid >= MAX_TIDS) return;
-   if (!win_open && !win_done && in_list(clo_start_sys, sysno)) {
-      /* The start syscall itself is inside the window (the paper's window
-         starts while httpd waits in accept()). */
-      sys_in_window[tid] = True;
-   } else {
-      sys_in_window[tid] = win_open;
-   }
-   if (win_open && in_list(clo_stop_sys, sysno)) sys_in_window[tid] = True;
+   /* The start syscall itself is inside the window (the paper's window
+      starts while httpd waits in accept()); so is the stop syscall. */
+   sys_in_window[tid] = win_open || (!win_done && in_list(clo_start_sys, sysno));
    if (sysno == __NR_execve || sysno == __NR_execveat) {
       /* This image ends here if the exec succeeds: hand the window state to
          the next one (same pid) and flush everything we hold. */
@@ -1172,8 +1165,8 @@ static void bk_post_clo_init(void)
       VG_(umsg)("bunkai trace: the tool needs --bk-dir (run it through `bunkai trace record`)\n");
       VG_(exit)(2);
    }
-   clo_start_closed = clo_start_sys || clo_start_fn || clo_skip > 0;
-   win_open = !clo_start_closed;
+   /* Open from the start unless some start condition was given. */
+   win_open = !(clo_start_sys || clo_start_fn || clo_skip > 0);
    read_state_file();
    if (clo_buffer > 0) {
       fixed_buf = VG_(malloc)("bk.fixed", clo_buffer);
