@@ -346,6 +346,16 @@ fn apache_request_from_accept_to_close() {
     let svg = root.join("pages.svg");
     bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("apache2"));
+    let png = root.join("pages.png");
+    bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap()]);
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"));
+    // Function transitions, exported for Perfetto: Apache's request handler
+    // is among the frames.
+    let chrome = root.join("calls.json");
+    bunkai_ok(&["trace", "calls", trace.to_str().unwrap(), "--chrome", chrome.to_str().unwrap()]);
+    let c: Value = serde_json::from_str(&std::fs::read_to_string(&chrome).unwrap()).unwrap();
+    let names: Vec<&str> = c["traceEvents"].as_array().unwrap().iter().filter_map(|e| e["name"].as_str()).collect();
+    assert!(names.iter().any(|n| n.starts_with("ap_process_") || n.starts_with("ap_run_")), "{:?}", &names[..names.len().min(20)]);
 }
 
 extern "C" {
