@@ -1,0 +1,143 @@
+/* bunkai share test: synchronisation across hosts. Usage: sync MODE
+ *   pingpong  two threads alternate through a mutex and condition variables
+ *   atomic    four threads add to one atomic counter and to a mutex counter
+ *   malloc    four threads malloc, fill, check and free concurrently
+ *   mmap      a thread maps and unmaps regions while others read a table
+ *   file      threads open, write, read back and unlink files in a
+ *             directory that exists on the home host only (argv[2])
+ * Each prints a deterministic transcript; exit 0 when every check passed. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define N 4
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int turn, rounds = 200;
+static long log_[512];
+static int nlog;
+
+static void *pinger(void *p) {
+  long me = (long)p;
+  for (int i = 0; i < rounds; i++) {
+    pthread_mutex_lock(&mu);
+    while (turn != me) pthread_cond_wait(&cv, &mu);
+    log_[nlog++] = me;
+    turn = 1 - me;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+  }
+  return 0;
+}
+
+static atomic_long counter;
+static long locked_counter;
+static void *adder(void *p) {
+  (void)p;
+  for (int i = 0; i < 20000; i++) {
+    atomic_fetch_add(&counter, 1);
+    if (i % 10 == 0) {
+      pthread_mutex_lock(&mu);
+      locked_counter++;
+      pthread_mutex_unlock(&mu);
+    }
+  }
+  return 0;
+}
+
+static void *mallocer(void *p) {
+  long k = (long)p, bad = 0;
+  for (int i = 0; i < 2000; i++) {
+    size_t n = 16 + (size_t)((i * 37 + k) % 5000);
+    unsigned char *b = malloc(n);
+    memset(b, (int)(k + i) & 0xff, n);
+    for (size_t j = 0; j < n; j++) bad += b[j] != (unsigned char)((k + i) & 0xff);
+    free(b);
+  }
+  return (void *)bad;
+}
+
+static long *volatile table;
+static atomic_int stop;
+static void *mapper(void *p) {
+  (void)p;
+  for (int i = 0; i < 200; i++) {
+    long *m = mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (int j = 0; j < (1 << 20) / 8; j += 512) m[j] = i;
+    long s = 0;
+    for (int j = 0; j < (1 << 20) / 8; j += 512) s += m[j];
+    if (s != (long)i * ((1 << 17) / 512)) return (void *)1;
+    munmap(m, 1 << 20);
+  }
+  atomic_store(&stop, 1);
+  return 0;
+}
+static void *reader(void *p) {
+  (void)p;
+  long bad = 0;
+  while (!atomic_load(&stop))
+    for (int j = 0; j < 1024; j++) bad += table[j] != j * 3;
+  return (void *)bad;
+}
+
+static const char *dir;
+static void *filer(void *p) {
+  long k = (long)p;
+  char path[512], buf[64], back[64];
+  for (int i = 0; i < 50; i++) {
+    snprintf(path, sizeof path, "%s/f%ld-%d", dir, k, i);
+    int n = snprintf(buf, sizeof buf, "thread %ld file %d\n", k, i);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, buf, (size_t)n) != n) return (void *)1;
+    close(fd);
+    fd = open(path, O_RDONLY);
+    if (fd < 0 || read(fd, back, sizeof back) != n || memcmp(buf, back, (size_t)n)) return (void *)2;
+    close(fd);
+    if (unlink(path)) return (void *)3;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "pingpong";
+  pthread_t t[N];
+  long bad = 0;
+  void *r;
+  if (!strcmp(mode, "pingpong")) {
+    for (long k = 0; k < 2; k++) pthread_create(&t[k], 0, pinger, (void *)k);
+    for (int k = 0; k < 2; k++) pthread_join(t[k], 0);
+    for (int i = 0; i < nlog; i++) bad += log_[i] != (i & 1);
+    printf("pingpong: %d turns, %ld out of order\n", nlog, bad);
+  } else if (!strcmp(mode, "atomic")) {
+    for (long k = 0; k < N; k++) pthread_create(&t[k], 0, adder, 0);
+    for (int k = 0; k < N; k++) pthread_join(t[k], 0);
+    printf("atomic: %ld (want %d), locked %ld (want %d)\n", atomic_load(&counter), N * 20000, locked_counter, N * 2000);
+    bad = atomic_load(&counter) != N * 20000 || locked_counter != N * 2000;
+  } else if (!strcmp(mode, "malloc")) {
+    for (long k = 0; k < N; k++) pthread_create(&t[k], 0, mallocer, (void *)k);
+    for (int k = 0; k < N; k++) pthread_join(t[k], &r), bad += (long)r;
+    printf("malloc: %d threads x 2000 blocks, %ld bad bytes\n", N, bad);
+  } else if (!strcmp(mode, "mmap")) {
+    long *tb = malloc(1024 * sizeof *tb);
+    for (int j = 0; j < 1024; j++) tb[j] = j * 3;
+    table = tb;
+    pthread_create(&t[0], 0, mapper, 0);
+    for (long k = 1; k < 3; k++) pthread_create(&t[k], 0, reader, 0);
+    for (int k = 0; k < 3; k++) pthread_join(t[k], &r), bad += (long)r;
+    printf("mmap: 200 map/unmap rounds beside 2 readers, %ld bad\n", bad);
+  } else if (!strcmp(mode, "file")) {
+    dir = argc > 2 ? argv[2] : "/tmp";
+    for (long k = 0; k < N; k++) pthread_create(&t[k], 0, filer, (void *)k);
+    for (int k = 0; k < N; k++) pthread_join(t[k], &r), bad += (long)r;
+    printf("file: %d threads x 50 files, %ld failures\n", N, bad);
+  } else {
+    fprintf(stderr, "sync: unknown mode %s\n", mode);
+    return 2;
+  }
+  return bad != 0;
+}
