@@ -17,6 +17,7 @@ PKGS=(
   valgrind gcc libc6-dev                             # trace: the Valgrind tool API; the tool is built with gcc, as Valgrind is
   apache2-bin                                        # trace case study: Apache httpd (run by hand, -X, loopback only)
   iproute2                                           # network namespaces for share/scatter benches
+  pigz xz-utils strace                               # share: real multithreaded programs from Debian (pigz -p 3, xz -T3)
   cmake ninja-build make pkg-config                  # build of the C/C++ parts
   dpkg-dev tcl                                       # apt-get source; SQLite's amalgamation needs tclsh
   ca-certificates curl python3
