@@ -50,6 +50,7 @@ bench: all fetch-sqlite
 	@bash bench/scatter/run.sh
 	@bash bench/mod/run.sh
 	@bash bench/trace/run.sh
+	@bash bench/share/run.sh
 	@bash bench/scatter/net.sh
 
 clean:

@@ -238,6 +238,9 @@ static void say(const char *f, long a0, long a1, long a2, long a3) {
 /* A fatal error: one line on stderr, recorded in the stats page (home) or
  * sent to the home host (node), then the whole process ends. */
 static void __attribute__((noreturn)) die(const char *f, long a0, long a1, long a2, long a3) {
+  static volatile int dying;
+  if (__atomic_exchange_n(&dying, 1, __ATOMIC_SEQ_CST))
+    for (;;) sc0(SYS_pause); /* another thread is reporting; it ends the process */
   long args[4] = {a0, a1, a2, a3};
   char line[400], b[460];
   fmt(line, sizeof line, f, args);

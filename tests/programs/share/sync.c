@@ -3,6 +3,7 @@
  *   atomic    four threads add to one atomic counter and to a mutex counter
  *   malloc    four threads malloc, fill, check and free concurrently
  *   mmap      a thread maps and unmaps regions while others read a table
+ *   nested    a thread creates and joins threads of its own
  *   file      threads open, write, read back and unlink files in a
  *             directory that exists on the home host only (argv[2])
  * Each prints a deterministic transcript; exit 0 when every check passed. */
@@ -85,6 +86,19 @@ static void *reader(void *p) {
   return (void *)bad;
 }
 
+static void *leaf(void *p) { return (void *)((long)p * 2); }
+static void *parent(void *p) {
+  long k = (long)p, sum = 0;
+  for (long i = 1; i <= 3; i++) {
+    pthread_t c;
+    void *r;
+    if (pthread_create(&c, 0, leaf, (void *)(k * 10 + i))) return (void *)-1;
+    pthread_join(c, &r);
+    sum += (long)r;
+  }
+  return (void *)sum;
+}
+
 static const char *dir;
 static void *filer(void *p) {
   long k = (long)p;
@@ -130,6 +144,14 @@ int main(int argc, char **argv) {
     for (long k = 1; k < 3; k++) pthread_create(&t[k], 0, reader, 0);
     for (int k = 0; k < 3; k++) pthread_join(t[k], &r), bad += (long)r;
     printf("mmap: 200 map/unmap rounds beside 2 readers, %ld bad\n", bad);
+  } else if (!strcmp(mode, "nested")) {
+    for (long k = 0; k < 2; k++) pthread_create(&t[k], 0, parent, (void *)k);
+    for (int k = 0; k < 2; k++) {
+      pthread_join(t[k], &r);
+      long want = 2 * (k * 30 + 6);
+      printf("nested %d: %ld (want %ld)\n", k, (long)r, want);
+      bad += (long)r != want;
+    }
   } else if (!strcmp(mode, "file")) {
     dir = argc > 2 ? argv[2] : "/tmp";
     for (long k = 0; k < N; k++) pthread_create(&t[k], 0, filer, (void *)k);
