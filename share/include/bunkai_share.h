@@ -77,6 +77,7 @@ enum bks_msg_type {
   BKS_UNMAP = 21,    /* a = start, b = end: the mapping is gone */
   BKS_REMAP = 22,    /* a = from, b = to, c = length: mremap moved it */
   BKS_QUIT = 23,     /* the program ended: exit with status a */
+  BKS_PROTECT = 24,  /* a = start, b = length, c = prot: a thread changed protections (mprotect) */
   /* thread connection, home executor <-> remote thread */
   BKS_START = 32,    /* home -> replica: payload bks_start */
   BKS_SYSCALL = 33,  /* remote -> home: payload bks_syscall */

@@ -188,12 +188,13 @@ struct rthread {
 };
 
 struct queue_item {
-  int kind;                /* 1 pin, 2 barrier */
+  int kind;                /* 1 pin, 2 barrier, 3 protect everywhere, then barrier */
   int host;
   uint64_t page;
   int pidfd;
   volatile uint32_t done;
   uint64_t result;
+  uint64_t len, prot;
 };
 
 static struct {
@@ -914,8 +915,10 @@ static void run_queue(void) {
       struct dent *e = dir_find(it->page, 1);
       e->pinned = 1;
       if (npins < BKS_MAX_THREADS) pins[npins++] = (struct pin){it->page, it->pidfd};
-    } else if (it->kind == 2) {
+    } else if (it->kind == 2 || it->kind == 3) {
       drain_uffd();
+      if (it->kind == 3)
+        for (int h = 1; h < g.nhosts; h++) host_send(h, BKS_PROTECT, it->page, it->len, it->prot, 0, 0);
       it->result = g.hosts[it->host].sent;
     }
     __atomic_store_n(&it->done, 1, __ATOMIC_RELEASE);
@@ -1102,7 +1105,11 @@ static uint64_t executor(void *p) {
         if (nr == SYS_exit_group) sc1(SYS_exit_group, pl.s.arg[0]);
         res = sc6(nr, (long)pl.s.arg[0], (long)pl.s.arg[1], (long)pl.s.arg[2], (long)pl.s.arg[3],
                   (long)pl.s.arg[4], (long)pl.s.arg[5]);
-        if (is_mapping_call(nr, &pl.s)) {
+        if (nr == SYS_mprotect && res == 0) {
+          struct queue_item it = {.kind = 3, .host = h, .page = pl.s.arg[0], .len = pl.s.arg[1], .prot = pl.s.arg[2]};
+          seq = ask_manager(&it);
+          flags = BKS_RES_MAPS_CHANGED;
+        } else if (is_mapping_call(nr, &pl.s)) {
           struct queue_item it = {.kind = 2, .host = h};
           seq = ask_manager(&it);
           flags = BKS_RES_MAPS_CHANGED;
@@ -1163,6 +1170,7 @@ static int place(uint32_t no) {
 }
 
 static int home_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+  if ((uint32_t)sc0(SYS_getpid) != g.home_pid) return g.real_create(t, attr, fn, arg); /* a forked child: unshared */
   uint32_t no = __atomic_add_fetch(&g.next_thread, 1, __ATOMIC_SEQ_CST);
   int h = place(no);
   if (h == 0) {
@@ -1238,7 +1246,6 @@ static void sigsys(int sig, siginfo_t *si, void *ctxp) {
     struct bks_msg m;
     res = rpc(t, BKS_SYSCALL, 0, 0, 0, &s, sizeof s, &m, 0, 0);
     if (m.b & BKS_RES_MAPS_CHANGED) wait_processed((uint32_t)m.c);
-    if (nr == SYS_mprotect && res == 0) sc3(SYS_mprotect, a0, a1, a2);
     if (nr == SYS_munmap && res == 0) sc2(SYS_munmap, a0, a1);
   }
   }
@@ -1350,8 +1357,10 @@ static void node_ctrl(struct bks_msg *m, char *pl) {
   uint64_t page = m->a;
   switch (m->type) {
   case BKS_GRANT:
-    uffd_install(page, m->len == PAGE ? (void *)pl : 0, m->b == 1);
-    if (m->len != PAGE) {
+    if (m->len == PAGE) {
+      uffd_install(page, pl, m->b == 1);
+    } else {
+      /* an upgrade of the copy we hold, or "you have it" */
       if (m->b == 2) uffd_wp(page, 0);
       uffd_wake(page);
     }
@@ -1380,6 +1389,9 @@ static void node_ctrl(struct bks_msg *m, char *pl) {
       sc2(SYS_munmap, m->b, m->c); /* whatever a thread mapped there meanwhile */
       sc5(SYS_mremap, m->a, m->c, m->c, MREMAP_MAYMOVE | MREMAP_FIXED, m->b);
     }
+    break;
+  case BKS_PROTECT:
+    if (mapped_here(m->a)) sc3(SYS_mprotect, m->a, m->b, m->c);
     break;
   case BKS_QUIT:
     sc1(SYS_exit_group, (long)m->a);

@@ -9,6 +9,7 @@
  * Each prints a deterministic transcript; exit 0 when every check passed. */
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +39,10 @@ static void *pinger(void *p) {
 
 static atomic_long counter;
 static long locked_counter;
+static atomic_int go;
 static void *adder(void *p) {
   (void)p;
+  while (!atomic_load(&go)) sched_yield(); /* all threads contend at once */
   for (int i = 0; i < 20000; i++) {
     atomic_fetch_add(&counter, 1);
     if (i % 10 == 0) {
@@ -129,6 +132,7 @@ int main(int argc, char **argv) {
     printf("pingpong: %d turns, %ld out of order\n", nlog, bad);
   } else if (!strcmp(mode, "atomic")) {
     for (long k = 0; k < N; k++) pthread_create(&t[k], 0, adder, 0);
+    atomic_store(&go, 1);
     for (int k = 0; k < N; k++) pthread_join(t[k], 0);
     printf("atomic: %ld (want %d), locked %ld (want %d)\n", atomic_load(&counter), N * 20000, locked_counter, N * 2000);
     bad = atomic_load(&counter) != N * 20000 || locked_counter != N * 2000;
