@@ -177,15 +177,18 @@ static int tcp_server(int port) {
   if (bind(l, (void *)&a, sizeof a) || listen(l, 1)) die("listen");
   printf("{\"listening\":%d}\n", port);
   fflush(stdout);
-  int fd = accept(l, 0, 0);
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   static char b[4096 + 32];
-  for (;;) {
-    uint32_t n;
-    ssize_t r = read(fd, &n, 4);
-    if (r <= 0) return 0;
-    full(fd, b, n, 1);
-    full(fd, b, 32, 0); /* a reply the size of our header */
+  for (;;) { /* one client at a time (readiness probes connect and leave) */
+    int fd = accept(l, 0, 0);
+    if (fd < 0) continue;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (;;) {
+      uint32_t n;
+      if (read(fd, &n, 4) != 4 || n > 4096 + 28) break;
+      full(fd, b, n, 1);
+      full(fd, b, 32, 0); /* a reply the size of our header */
+    }
+    close(fd);
   }
 }
 static int tcp_client(const char *ip, int port) {

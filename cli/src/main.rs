@@ -8,6 +8,7 @@ mod modbench;
 mod modcmd;
 mod planned;
 mod scatter;
+mod share;
 mod trace;
 
 use clap::{Parser, Subcommand};
@@ -44,8 +45,8 @@ enum Cmd {
     Run(scatter::RunArgs),
     /// Trace every instruction, memory reference and syscall (TURU)
     Trace(trace::Args),
-    /// Run one multithreaded process across several hosts (planned)
-    Share(planned::Args),
+    /// Run one multithreaded process across several hosts
+    Share(share::Args),
     /// Follow data through threads and processes with aspects (planned)
     Flow(planned::Args),
     /// DKM: check, link and load code modules into a running host; unload, swap, predict
@@ -124,7 +125,8 @@ fn main() -> ExitCode {
         Cmd::Run(a) => scatter::run_remote(a),
         Cmd::Mod(a) => modcmd::run(a),
         Cmd::Trace(a) => trace::run(a),
-        Cmd::Share(a) | Cmd::Flow(a) => planned::run(a),
+        Cmd::Share(a) => share::run(a),
+        Cmd::Flow(a) => planned::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,20 +1,30 @@
+#define _GNU_SOURCE
 /* bunkai share test: synchronisation across hosts. Usage: sync MODE
  *   pingpong  two threads alternate through a mutex and condition variables
  *   atomic    four threads add to one atomic counter and to a mutex counter
  *   malloc    four threads malloc, fill, check and free concurrently
  *   mmap      a thread maps and unmaps regions while others read a table
  *   nested    a thread creates and joins threads of its own
+ *   crash     a thread writes through a null pointer (the run must end
+ *             with SIGSEGV, as it does natively)
+ *   badcall   a thread makes a call with an invalid number and an
+ *             unsupported one (fork): both fail with ENOSYS or succeed
+ *             natively; prints what it got
+ *   sleep     a thread sleeps in a loop for argv[2] seconds (fault tests)
  *   file      threads open, write, read back and unlink files in a
  *             directory that exists on the home host only (argv[2])
  * Each prints a deterministic transcript; exit 0 when every check passed. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <errno.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define N 4
@@ -102,6 +112,29 @@ static void *parent(void *p) {
   return (void *)sum;
 }
 
+static void *crasher(void *p) {
+  (void)p;
+  *(volatile int *)(long)(p ? 8 : 16) = 1;
+  return 0;
+}
+static void *sleeper(void *p) {
+  long secs = (long)p;
+  for (long i = 0; i < secs * 10; i++) {
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, 0);
+    table[0]++; /* keep a page moving */
+  }
+  return 0;
+}
+
+static void *badcall(void *p) {
+  (void)p;
+  long r = syscall(5000);
+  printf("badcall: syscall(5000) = %ld errno %s\n", r, r < 0 && errno == ENOSYS ? "ENOSYS" : "other");
+  fflush(stdout);
+  return 0;
+}
+
 static const char *dir;
 static void *filer(void *p) {
   long k = (long)p;
@@ -156,6 +189,25 @@ int main(int argc, char **argv) {
       printf("nested %d: %ld (want %ld)\n", k, (long)r, want);
       bad += (long)r != want;
     }
+  } else if (!strcmp(mode, "badcall")) {
+    pthread_create(&t[0], 0, badcall, 0);
+    pthread_join(t[0], 0);
+  } else if (!strcmp(mode, "crash")) {
+    pthread_create(&t[0], 0, crasher, 0);
+    pthread_join(t[0], 0);
+    puts("crash: survived");
+  } else if (!strcmp(mode, "sleep")) {
+    table = calloc(1, 4096);
+    printf("sleep: started\n");
+    fflush(stdout);
+    pthread_create(&t[0], 0, sleeper, (void *)(argc > 2 ? atol(argv[2]) : 30));
+    for (long i = 0; i < 1000000; i++) {
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, 0);
+      table[1]++;
+      if (pthread_tryjoin_np(t[0], 0) == 0) break;
+    }
+    puts("sleep: done");
   } else if (!strcmp(mode, "file")) {
     dir = argc > 2 ? argv[2] : "/tmp";
     for (long k = 0; k < N; k++) pthread_create(&t[k], 0, filer, (void *)k);

@@ -1,0 +1,370 @@
+//! `bunkai share node`: the daemon on each host other than the home host.
+//! For each run the CLI connects, sends a spawn request (proto.rs), and the
+//! node starts a replica: the same program at the same path, with the same
+//! environment and working directory, ASLR off, and BUNKAI_SHARE telling
+//! the runtime its host number, where home is, and the run's token. The
+//! replica's runtime connects to the home host itself; the node only
+//! watches: it reports the replica's end, and kills it when the CLI asks or
+//! goes away.
+//!
+//! No stray replicas: a replica is killed (SIGKILL) and reaped when its
+//! connection ends for any reason, including a dead CLI or a cut link
+//! (noticed by keepalive within seconds); it gets SIGKILL by
+//! PR_SET_PDEATHSIG if the thread that started it, or the whole node, dies.
+
+use crate::launch;
+use crate::proto::{self, Exit, Lines, Reply, Request, Spawn};
+use crate::sys;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// Run the daemon that starts replicas on a node
+///
+/// Run the node daemon: it starts replicas of the programs that `bunkai
+/// share run` shares from other hosts, and kills them when the run ends.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "On startup the node prints `listening on IP:PORT` on stdout; it logs each run \
+on stderr. Programs, their libraries and bunkai itself must be at the same paths on every host.\n\n\
+Examples:\n  \
+  bunkai share node --listen 0.0.0.0:7000\n  \
+  bunkai share node --listen 127.0.0.1:0 --once")]
+pub struct NodeArgs {
+    /// Address to listen on, IP:PORT (port 0 picks a free one)
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Serve one run, then exit
+    #[arg(long)]
+    pub once: bool,
+}
+
+/// How long a connection may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn log(peer: &SocketAddr, what: &str) {
+    // One write per line (runs log from their own threads), and no panic
+    // on a closed stderr: a node outlives its terminal.
+    let line = format!("bunkai share node: {peer}: {what}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+pub fn run(a: &NodeArgs) -> Result<ExitCode> {
+    let addr = a
+        .listen
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut v| v.next())
+        .with_context(|| format!("--listen {}: not an address (give IP:PORT, e.g. 0.0.0.0:7000)", a.listen))?;
+    let l = TcpListener::bind(addr)
+        .with_context(|| format!("cannot listen on {addr} (pick another address or port)"))?;
+    let local = l.local_addr()?;
+    {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "listening on {local}");
+        let _ = out.flush();
+    }
+    loop {
+        let (s, peer) = match l.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "bunkai share node: accept: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if a.once {
+            serve(s, peer);
+            return Ok(ExitCode::SUCCESS);
+        }
+        // The thread that starts a replica lives until it is reaped: the
+        // replica's parent-death signal is tied to it.
+        std::thread::spawn(move || serve(s, peer));
+    }
+}
+
+/// One run: the request, the replica, its end.
+pub fn serve(s: TcpStream, peer: SocketAddr) {
+    proto::tune(&s);
+    let mut c = Lines::new(s);
+    let line = match c.recv(Some(Instant::now() + REQUEST_TIMEOUT)) {
+        Ok(Some(l)) => l,
+        Ok(None) => return,
+        Err(e) => return log(&peer, &format!("no request: {e}")),
+    };
+    let spawn = match proto::parse_request(&line) {
+        Ok(Request::Spawn(s)) => s,
+        Ok(Request::Kill(_)) => return,
+        Err(e) => {
+            log(&peer, &e);
+            let _ = c.send(&Reply::Error(e));
+            return;
+        }
+    };
+    let mut child = match start_replica(&spawn) {
+        Ok(ch) => ch,
+        Err(e) => {
+            log(&peer, &format!("host {}: {e}", spawn.host));
+            let _ = c.send(&Reply::Error(e.replace('\n', " ")));
+            return;
+        }
+    };
+    let pid = child.id();
+    log(&peer, &format!("host {}: replica {pid} started: {} (home {})", spawn.host, spawn.argv[0], spawn.home));
+    let exit = if c.send(&Reply::Spawned { pid }).is_err() {
+        end(&mut child)
+    } else {
+        watch(&mut c, &mut child, &peer)
+    };
+    log(&peer, &format!("host {}: replica {pid} {}", spawn.host, exit.describe()));
+    let _ = c.send(&Reply::Exited(exit));
+}
+
+/// SIGKILL and reap.
+fn end(child: &mut Child) -> Exit {
+    let _ = child.kill();
+    match child.wait() {
+        Ok(st) => Exit::from_status(st),
+        Err(_) => Exit::Signal(libc::SIGKILL),
+    }
+}
+
+/// Waits for the replica's end or for the CLI's kill (or its going away).
+fn watch(c: &mut Lines, child: &mut Child, peer: &SocketAddr) -> Exit {
+    let pidfd = sys::pidfd_open(child.id()).ok();
+    loop {
+        let mut fds = vec![sys::pollfd(c.stream.as_raw_fd())];
+        if let Some(p) = &pidfd {
+            fds.push(sys::pollfd(p.as_raw_fd()));
+        }
+        // Without a pidfd (old kernel), look at the child every 100 ms.
+        let timeout = if pidfd.is_some() { -1 } else { 100 };
+        if sys::poll(&mut fds, timeout).is_err() {
+            return end(child);
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Exit::from_status(st);
+        }
+        if fds[0].revents != 0 {
+            match c.fill() {
+                Ok(true) => {}
+                Ok(false) => return end(child),
+                Err(e) => {
+                    log(peer, &format!("connection lost ({e}): killing the replica"));
+                    return end(child);
+                }
+            }
+            while let Some(l) = c.next_line() {
+                match proto::parse_request(&l) {
+                    Ok(Request::Kill(_)) => return end(child),
+                    Ok(Request::Spawn(_)) => {
+                        let _ = c.send(&Reply::Error("one run per connection (connect again)".into()));
+                    }
+                    Err(e) => log(peer, &e),
+                }
+            }
+        }
+    }
+}
+
+/// Checks the request against this host, then starts the replica.
+pub fn start_replica(s: &Spawn) -> Result<Child, String> {
+    let prog = s.argv.first().ok_or("empty argv (nothing to run)")?;
+    if !prog.starts_with('/') {
+        return Err(format!("program {prog} is not an absolute path (run the same bunkai on every host)"));
+    }
+    if s.host < 1 || s.host as usize >= crate::stats::BKS_MAX_HOSTS {
+        return Err(format!("host number {} out of range 1..{}", s.host, crate::stats::BKS_MAX_HOSTS - 1));
+    }
+    if !launch::valid_token(&s.token) {
+        return Err("the token is not 32 hex digits (run the same bunkai on every host)".into());
+    }
+    if s.home.parse::<SocketAddrV4>().is_err() {
+        return Err(format!("home address {} is not IPv4 ip:port (the runtime speaks IPv4)", s.home));
+    }
+    check_program(Path::new(prog))?;
+    let cwd = Path::new(&s.cwd);
+    if !cwd.is_dir() {
+        return Err(format!(
+            "working directory {} does not exist on this host (create it, or run from a directory every host has)",
+            s.cwd
+        ));
+    }
+    // A preload library that is missing is only a warning to ld.so: the
+    // replica would then run the whole program unshared. Refuse instead.
+    if let Some((_, pre)) = s.env.iter().find(|(k, _)| k == "LD_PRELOAD") {
+        for lib in pre.split([':', ' ']).filter(|l| l.starts_with('/')) {
+            if !Path::new(lib).exists() {
+                return Err(format!(
+                    "preload library {lib} is missing on this host (install bunkai at the same path on every host)"
+                ));
+            }
+        }
+    }
+    let parent = std::process::id();
+    let stack = s.stack_limit;
+    let mut cmd = Command::new(prog);
+    cmd.args(&s.argv[1..])
+        .env_clear()
+        .envs(s.env.iter().filter(|(k, _)| k != "BUNKAI_SHARE").map(|(k, v)| (k, v)))
+        .env("BUNKAI_SHARE", launch::replica_value(s.host, &s.home, &s.token))
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        // Not in the node's process group: a ^C at the node's terminal
+        // ends the node, and the replica through its parent-death signal.
+        .process_group(0);
+    unsafe {
+        cmd.pre_exec(move || {
+            sys::child_die_with_parent(parent)?;
+            sys::child_no_aslr()?;
+            if let Some(l) = stack {
+                sys::child_set_stack_limit(l)?;
+            }
+            sys::child_unblock_signals()
+        });
+    }
+    cmd.spawn().map_err(|e| format!("cannot start {prog}: {e}"))
+}
+
+fn check_program(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(p).map_err(|_| {
+        format!(
+            "program {} does not exist on this host (install it at the same path on every host)",
+            p.display()
+        )
+    })?;
+    if !m.is_file() || m.permissions().mode() & 0o111 == 0 {
+        return Err(format!("program {} is not executable on this host (chmod +x it there)", p.display()));
+    }
+    // Permission bits are not the whole story (noexec mounts, ACLs).
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| "bad program path".to_string())?;
+    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+        return Err(format!("program {} is not executable on this host ({})", p.display(), std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(argv: &[&str]) -> Spawn {
+        Spawn {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/".into(),
+            home: "127.0.0.1:9".into(),
+            host: 1,
+            token: "0123456789abcdef0123456789abcdef".into(),
+            version: proto::PROTOCOL_VERSION,
+            stack_limit: None,
+        }
+    }
+
+    #[test]
+    fn refuses_what_cannot_run_here() {
+        let e = start_replica(&request(&["/nonexistent/prog"])).unwrap_err();
+        assert_eq!(e, "program /nonexistent/prog does not exist on this host (install it at the same path on every host)");
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::write(&data, "").unwrap();
+        let e = start_replica(&request(&[data.to_str().unwrap()])).unwrap_err();
+        assert!(e.contains("is not executable on this host"), "{e}");
+        let e = start_replica(&request(&["true"])).unwrap_err();
+        assert!(e.contains("not an absolute path"), "{e}");
+        let mut r = request(&["/bin/true"]);
+        r.cwd = "/nonexistent-dir".into();
+        assert!(start_replica(&r).unwrap_err().starts_with("working directory /nonexistent-dir does not exist"));
+        let mut r = request(&["/bin/true"]);
+        r.env.push(("LD_PRELOAD".into(), "/nonexistent/libbunkai-share.so".into()));
+        let e = start_replica(&r).unwrap_err();
+        assert!(e.starts_with("preload library /nonexistent/libbunkai-share.so is missing on this host"), "{e}");
+        let mut r = request(&["/bin/true"]);
+        r.home = "[::1]:9".into();
+        assert!(start_replica(&r).unwrap_err().contains("not IPv4"));
+        let mut r = request(&["/bin/true"]);
+        r.token = "xyz".into();
+        assert!(start_replica(&r).unwrap_err().contains("token"));
+        let mut r = request(&["/bin/true"]);
+        r.host = 16;
+        assert!(start_replica(&r).unwrap_err().contains("out of range"));
+    }
+
+    #[test]
+    fn replica_gets_exactly_the_environment_and_no_aslr() {
+        // A replica that is a shell: it reports what it got.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut r = request(&[
+            "/bin/sh",
+            "-c",
+            &format!("env > {0}; cat /proc/self/personality >> {0}; pwd >> {0}", out.display()),
+        ]);
+        r.cwd = dir.path().to_str().unwrap().into();
+        r.env.push(("BUNKAI_SHARE".into(), "home 1 2 3 rr x".into()));
+        r.env.push(("A".into(), "1".into()));
+        let mut c = start_replica(&r).unwrap();
+        assert!(c.wait().unwrap().success());
+        let text = std::fs::read_to_string(&out).unwrap();
+        let mut vars: Vec<&str> = text.lines().filter(|l| l.contains('=') && !l.starts_with("PWD=")).collect();
+        vars.sort();
+        let share = format!("BUNKAI_SHARE={}", launch::replica_value(1, "127.0.0.1:9", &r.token));
+        assert_eq!(vars, ["A=1", share.as_str(), "PATH=/usr/bin:/bin"], "{text}");
+        // ADDR_NO_RANDOMIZE is 0x0040000
+        let pers = text.lines().find(|l| l.len() == 8 && l.chars().all(|c| c.is_ascii_hexdigit())).unwrap();
+        assert_ne!(u32::from_str_radix(pers, 16).unwrap() & 0x0040000, 0, "{text}");
+        assert!(text.lines().any(|l| Path::new(l) == dir.path().canonicalize().unwrap()), "{text}");
+    }
+
+    /// The node end to end over loopback: spawn, exited; spawn then kill;
+    /// spawn then the CLI goes away.
+    #[test]
+    fn serves_spawn_kill_and_disconnect() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || loop {
+            let (s, p) = l.accept().unwrap();
+            std::thread::spawn(move || serve(s, p));
+        });
+        let soon = || Some(Instant::now() + Duration::from_secs(10));
+        let connect = || Lines::new(TcpStream::connect(addr).unwrap());
+        let reply = |c: &mut Lines| proto::parse_reply(&c.recv(soon()).unwrap().unwrap()).unwrap();
+
+        let mut c = connect();
+        c.send(&Request::Spawn(request(&["/bin/sh", "-c", "exit 3"]))).unwrap();
+        assert!(matches!(reply(&mut c), Reply::Spawned { .. }));
+        assert_eq!(reply(&mut c), Reply::Exited(Exit::Code(3)));
+        assert_eq!(c.recv(soon()).unwrap(), None);
+
+        let mut c = connect();
+        c.send(&Request::Spawn(request(&["/bin/sleep", "60"]))).unwrap();
+        let Reply::Spawned { pid } = reply(&mut c) else { panic!() };
+        c.send(&Request::Kill(true)).unwrap();
+        assert_eq!(reply(&mut c), Reply::Exited(Exit::Signal(9)));
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "replica {pid} not reaped");
+
+        let mut c = connect();
+        c.send(&Request::Spawn(request(&["/bin/sleep", "60"]))).unwrap();
+        let Reply::Spawned { pid } = reply(&mut c) else { panic!() };
+        drop(c);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(Instant::now() < deadline, "replica {pid} survived its CLI");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        let mut c = connect();
+        let mut bad = request(&["/bin/true"]);
+        bad.version = 99;
+        c.send(&Request::Spawn(bad)).unwrap();
+        let Reply::Error(e) = reply(&mut c) else { panic!() };
+        assert!(e.contains("protocol version 99"), "{e}");
+    }
+}
