@@ -11,7 +11,7 @@
 
 use bunkai_e2e::*;
 use bunkai_share::netns::{self, Hosts};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -43,6 +43,24 @@ fn stand_in_libdir() -> tempfile::TempDir {
     d
 }
 
+/// Runs a `bunkai share run` that must fail before any program starts,
+/// with the stand-in runtime: exit 1 and one line. Returns it and the time.
+fn run_fails_with_stand_in(cmd: &mut Command) -> (String, Duration) {
+    let lib = stand_in_libdir();
+    let child = cmd
+        .env("BUNKAI_LIBDIR", lib.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (out, took) = finish(child, Duration::from_secs(30));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    one_line(&err);
+    (err, took)
+}
+
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !f() {
@@ -57,36 +75,6 @@ fn alive(pid: u32) -> bool {
         Ok(s) => !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
         Err(_) => false,
     }
-}
-
-/// Collects a child's stdout and stderr; kills it and panics after `limit`.
-fn finish(mut child: Child, limit: Duration) -> (Output, Duration) {
-    let t0 = Instant::now();
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running after {limit:?}: killed");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let took = t0.elapsed();
-    (Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }, took)
 }
 
 fn text(b: &[u8]) -> String {
@@ -198,20 +186,8 @@ fn closed_port_fails_fast() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let lib = stand_in_libdir();
     let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(bunkai())
-        .args(["share", "run", "--nodes", &addr, "--", "true"])
-        .env("BUNKAI_LIBDIR", lib.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (out, took) = finish(child, Duration::from_secs(30));
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    one_line(&err);
+    let (err, took) = run_fails_with_stand_in(Command::new(bunkai()).args(["share", "run", "--nodes", &addr, "--", "true"]));
     assert_eq!(
         err.trim_end(),
         format!("bunkai share: node {addr}: connection refused (start `bunkai share node --listen {addr}` on that host)")
@@ -273,20 +249,7 @@ fn run_names_the_node_missing_the_program() {
             bunkai().display()
         ));
     let node = Node::start(c);
-    let lib = stand_in_libdir();
-    let child = Command::new(bunkai())
-        .args(["share", "run", "--nodes", &node.addr, "--"])
-        .arg(&prog)
-        .env("BUNKAI_LIBDIR", lib.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (out, _) = finish(child, Duration::from_secs(30));
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    one_line(&err);
+    let (err, _) = run_fails_with_stand_in(Command::new(bunkai()).args(["share", "run", "--nodes", &node.addr, "--"]).arg(&prog));
     assert_eq!(
         err.trim_end(),
         format!(

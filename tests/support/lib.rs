@@ -55,13 +55,20 @@ pub fn run_with_stdin(cmd: &mut Command, stdin: Option<&Path>) -> Output {
         Some(p) => cmd.stdin(std::fs::File::open(p).expect("stdin file")),
         None => cmd.stdin(Stdio::null()),
     };
-    let mut child = cmd
+    let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
+    finish(child, DEADLINE).0
+}
+
+/// Collects a spawned child's piped stdout and stderr until it exits; kills
+/// it and panics after `limit`. Returns its output and how long it took.
+pub fn finish(mut child: std::process::Child, limit: Duration) -> (Output, Duration) {
+    let t0 = Instant::now();
+    let mut out = child.stdout.take().expect("stdout must be piped");
+    let mut err = child.stderr.take().expect("stderr must be piped");
     let t_out = std::thread::spawn(move || {
         let mut v = Vec::new();
         let _ = out.read_to_end(&mut v);
@@ -72,23 +79,19 @@ pub fn run_with_stdin(cmd: &mut Command, stdin: Option<&Path>) -> Output {
         let _ = err.read_to_end(&mut v);
         v
     });
-    let start = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().expect("wait") {
             break st;
         }
-        if start.elapsed() > DEADLINE {
+        if t0.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{:?} still running after {DEADLINE:?}: killed", cmd.get_program());
+            panic!("still running after {limit:?}: killed");
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
+    let took = t0.elapsed();
+    (Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }, took)
 }
 
 /// Runs bunkai with `args`; panics with its stderr unless it succeeds.
