@@ -49,7 +49,7 @@
 
 #include <stdint.h>
 
-#define BKS_VERSION 1u
+#define BKS_VERSION 2u
 #define BKS_MAGIC 0x314b5342u /* "BSK1" */
 #define BKS_MAX_HOSTS 16
 #define BKS_MAX_THREADS 1024
@@ -120,7 +120,9 @@ struct bks_syscall {
   uint64_t arg[6];
 };
 
-#define BKS_RES_MAPS_CHANGED 1u /* the call changed mappings in [c, c+len): drop your view of them */
+#define BKS_RES_MAPS_CHANGED 1u /* the call changed mappings: wait until the control connection's message c is handled */
+#define BKS_RES_FRESH 2u        /* mmap made a private anonymous mapping at a: its pages are the caller's host's,
+                                   zeros: map it and fill its first touches locally (first-touch ownership) */
 
 /* One mapping as the home host sees it (from /proc/self/maps). */
 struct bks_map {
@@ -143,6 +145,7 @@ struct bks_host_stats {
   uint64_t syscalls;        /* syscalls forwarded from this host's threads */
   uint64_t threads;         /* threads placed on this host */
   uint64_t fault_ns;        /* total time the home manager spent serving this host's requests */
+  uint64_t fresh_pages;     /* pages of new mappings given to this host's threads without a transfer */
 };
 struct bks_thread_stats {
   uint32_t thread, host, tid, done;
@@ -154,6 +157,8 @@ struct bks_stats {
   uint32_t nthreads;        /* entries used in thread[] */
   uint64_t started_ns;      /* CLOCK_MONOTONIC when sharing began */
   uint64_t mappings;        /* mappings registered for sharing on the home host */
+  uint32_t failed_host;     /* the node whose loss ended the run (0: none) */
+  int32_t failed_err;       /* why: -ETIMEDOUT, -ECONNRESET, or another negative errno (closed) */
   char error[256];          /* the runtime's last fatal error, if any */
   struct bks_host_stats host[BKS_MAX_HOSTS];
   struct bks_thread_stats thread[BKS_MAX_THREADS];

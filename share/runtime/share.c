@@ -13,7 +13,8 @@
  *   - Our memory is ours: this library's data and bss and the private
  *     region at BKS_PRIVATE_BASE (same address on every host, never
  *     shared). Nothing of ours goes on the program's heap or stacks.
- *   - Exported symbols: pthread_create (the thread placement point) and the
+ *   - Exported symbols: pthread_create (the thread placement point),
+ *     pthread_exit (a home thread's exit pins its TID word) and the
  *     __bunkai_ prefix; everything else is static or hidden.
  *   - No global constructors besides the one that starts sharing.
  *
@@ -188,7 +189,8 @@ struct rthread {
 };
 
 struct queue_item {
-  int kind;                /* 1 pin, 2 barrier, 3 protect everywhere, then barrier */
+  int kind;                /* 1 pin, 2 barrier, 3 protect everywhere, then barrier,
+                              4 barrier, then give [page, page + len) to host */
   int host;
   uint64_t page;
   int pidfd;
@@ -213,6 +215,7 @@ static struct {
   uint32_t home_pid;
   volatile uint32_t next_thread;
   int (*real_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+  void (*real_exit)(void *) __attribute__((noreturn));
   /* home: executor -> manager queue */
   volatile int qlock;
   struct queue_item *queue[64];
@@ -597,8 +600,10 @@ static inline uint64_t get_sp(void) {
 struct dent {
   uint64_t page;     /* 0 = empty slot */
   uint16_t copyset;  /* hosts with a read-only copy, when owner == SHARED_OWNER */
+  uint16_t pinned;   /* threads whose exit waits for this page to stay here (see pin_tid_word);
+                        a count: a cached stack is reused, and its page pinned again, before
+                        the old thread's exit is seen */
   uint8_t owner;     /* the host with the only, writable copy */
-  uint8_t pinned;
 };
 static struct dent *dir;
 static uint64_t dir_cap, dir_used;
@@ -630,38 +635,56 @@ static struct dent *dir_find(uint64_t page, int create) {
   }
 }
 
-/* Registered ranges on the home host. */
-static struct range { uint64_t start, end; } *regs;
-static volatile int regs_lock;
-static int nregs, regs_cap;
-
-static int registered(uint64_t a) {
-  for (int i = 0; i < nregs; i++)
-    if (a >= regs[i].start && a < regs[i].end) return 1;
+/* Sets of address ranges [start, end), each behind its own lock. */
+struct range { uint64_t start, end; };
+struct rangeset {
+  struct range *r;
+  int n, cap;
+  volatile int lock;
+};
+static int rs_find(const struct rangeset *s, uint64_t a) {
+  for (int i = 0; i < s->n; i++)
+    if (a >= s->r[i].start && a < s->r[i].end) return 1;
   return 0;
 }
-static void add_reg(uint64_t s, uint64_t e) {
-  if (nregs == regs_cap) {
-    int nc = regs_cap ? regs_cap * 2 : 1024;
+static void rs_add(struct rangeset *s, uint64_t a, uint64_t b) {
+  if (s->n == s->cap) {
+    int nc = s->cap ? s->cap * 2 : 1024;
     struct range *n = priv_alloc(nc * sizeof *n);
-    if (regs) memcpy(n, regs, nregs * sizeof *n);
-    regs = n, regs_cap = nc;
+    if (s->r) memcpy(n, s->r, s->n * sizeof *n);
+    s->r = n, s->cap = nc; /* the old array stays mapped (the private region only grows) */
   }
-  regs[nregs++] = (struct range){s, e};
+  s->r[s->n++] = (struct range){a, b};
+}
+/* Removes [a, b) from the set, keeping the parts of ranges outside it;
+ * returns whether any range overlapped it. */
+static int rs_cut(struct rangeset *s, uint64_t a, uint64_t b) {
+  int hit = 0;
+  for (int i = 0; i < s->n; i++)
+    if (s->r[i].start < b && s->r[i].end > a) {
+      struct range r = s->r[i];
+      s->r[i] = s->r[--s->n];
+      i--;
+      hit = 1;
+      if (r.start < a) rs_add(s, r.start, a);
+      if (r.end > b) rs_add(s, b, r.end);
+    }
+  return hit;
+}
+
+/* Registered ranges on the home host (regs.lock held by the callers of
+ * registered and add_reg). */
+static struct rangeset regs;
+
+static int registered(uint64_t a) { return rs_find(&regs, a); }
+static void add_reg(uint64_t s, uint64_t e) {
+  rs_add(&regs, s, e);
   if (g.stats) g.stats->mappings++;
 }
 static void drop_regs(uint64_t s, uint64_t e) {
-  lock(&regs_lock);
-  for (int i = 0; i < nregs; i++)
-    if (regs[i].start < e && regs[i].end > s) {
-      /* keep the parts outside [s, e) */
-      struct range r = regs[i];
-      regs[i] = regs[--nregs];
-      i--;
-      if (r.start < s) add_reg(r.start, s), g.stats->mappings--;
-      if (r.end > e) add_reg(e, r.end), g.stats->mappings--;
-    }
-  unlock(&regs_lock);
+  lock(&regs.lock);
+  rs_cut(&regs, s, e);
+  unlock(&regs.lock);
 }
 
 /* ------------------------------------------------------------------ */
@@ -702,6 +725,7 @@ static void host_send(int h, uint32_t type, uint64_t a, uint64_t b, uint64_t c, 
 }
 
 static void __attribute__((noreturn)) node_gone(int h, int err) {
+  if (g.stats && !g.stats->failed_host) g.stats->failed_host = (uint32_t)h, g.stats->failed_err = err;
   die("node %d vanished (%s; check that `bunkai share node` still runs there and the link is up)", h,
       (long)(err == -ETIMEDOUT ? "connection timed out" : err == -ECONNRESET ? "connection reset" : "connection closed"),
       0, 0);
@@ -884,9 +908,9 @@ static void handle_event(struct uffd_msg *m) {
       struct dent *d = dir_find(moved[k].page - from + to, 1);
       d->owner = moved[k].owner, d->copyset = moved[k].copyset;
     }
-    lock(&regs_lock);
+    lock(&regs.lock);
     add_reg(to, to + len);
-    unlock(&regs_lock);
+    unlock(&regs.lock);
     drop_regs(from, from + len);
     for (int h = 1; h < g.nhosts; h++) host_send(h, BKS_REMAP, from, to, len, 0, 0);
   }
@@ -914,12 +938,21 @@ static void run_queue(void) {
     if (!it) return;
     if (it->kind == 1) {
       struct dent *e = dir_find(it->page, 1);
-      e->pinned = 1;
+      e->pinned++;
       if (npins < BKS_MAX_THREADS) pins[npins++] = (struct pin){it->page, it->pidfd};
-    } else if (it->kind == 2 || it->kind == 3) {
+    } else if (it->kind == 2 || it->kind == 3 || it->kind == 4) {
       drain_uffd();
       if (it->kind == 3)
         for (int h = 1; h < g.nhosts; h++) host_send(h, BKS_PROTECT, it->page, it->len, it->prot, 0, 0);
+      if (it->kind == 4) {
+        /* first touch: the new mapping's pages belong to the host whose
+         * thread made it, as zeros; no other host can know the address yet */
+        for (uint64_t a = it->page; a < it->page + it->len; a += PAGE) {
+          struct dent *e = dir_find(a, 1);
+          e->owner = (uint8_t)it->host, e->copyset = 0;
+        }
+        g.stats->host[it->host].fresh_pages += it->len / PAGE;
+      }
       it->result = g.hosts[it->host].sent;
     }
     __atomic_store_n(&it->done, 1, __ATOMIC_RELEASE);
@@ -983,7 +1016,7 @@ static void home_manager(void *unused) {
     pf[n++] = (struct pollfd){g.uffd, POLLIN, 0};
     pf[n++] = (struct pollfd){g.qevent, POLLIN, 0};
     for (int h = 1; h < g.nhosts; h++) pf[n++] = (struct pollfd){g.hosts[h].fd, POLLIN, 0};
-    int pin0 = n;
+    int pin0 = n, polled = npins; /* run_queue below may add pins: they were not polled */
     for (int i = 0; i < npins; i++) pf[n++] = (struct pollfd){pins[i].pidfd, POLLIN, 0};
     long r = spin_poll(pf, n);
     if (r < 0) continue;
@@ -1000,11 +1033,11 @@ static void home_manager(void *unused) {
       if (e) node_gone(h, e);
       handle_ctrl(h, &m, pl);
     }
-    for (int i = npins - 1; i >= 0; i--) {
+    for (int i = polled - 1; i >= 0; i--) {
       if (!pf[pin0 + i].revents) continue;
       /* the thread has exited: its TID word is cleared, the page is free */
       struct dent *e = dir_find(pins[i].page, 0);
-      if (e) e->pinned = 0;
+      if (e && e->pinned) e->pinned--;
       sc1(SYS_close, pins[i].pidfd);
       pins[i] = pins[--npins];
       for (int k = 0; k < ndeferred; k++) push_req(&pending, &npending, &pending_cap, deferred[k]);
@@ -1050,12 +1083,12 @@ static void answer_mapinfo(int fd, uint64_t addr) {
         make_anonymous(&v); /* a library loaded after start-up */
         v.inode = 0, v.path[0] = 0;
       }
-      lock(&regs_lock);
+      lock(&regs.lock);
       if (!registered(addr)) {
         long r = uffd_register(v.start, v.end);
         if (!r) add_reg(v.start, v.end);
       }
-      unlock(&regs_lock);
+      unlock(&regs.lock);
       info.kind = BKS_MAP_SHARED_MEM;
     } else if (!(v.prot & PROT_WRITE) && v.inode) {
       info.kind = BKS_MAP_FILE;
@@ -1067,6 +1100,15 @@ static void answer_mapinfo(int fd, uint64_t addr) {
   send_msg(fd, BKS_MAP, 0, 0, 0, &info, sizeof info);
 }
 
+/* A private anonymous writable mapping at an address of the kernel's
+ * choosing: memory no host has touched. */
+static int is_fresh_mapping(long nr, const struct bks_syscall *s, long res) {
+  uint64_t prot = s->arg[2], flags = s->arg[3];
+  return nr == SYS_mmap && (unsigned long)res < -4095ul && (prot & PROT_WRITE) &&
+         (flags & MAP_TYPE) == MAP_PRIVATE && (flags & MAP_ANONYMOUS) &&
+         !(flags & (MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_GROWSDOWN | MAP_HUGETLB));
+}
+
 static int is_mapping_call(long nr, const struct bks_syscall *s) {
   return nr == SYS_munmap || nr == SYS_mremap || nr == SYS_brk || nr == SYS_shmdt ||
          (nr == SYS_mmap && (s->arg[3] & MAP_FIXED));
@@ -1075,6 +1117,23 @@ static int is_mapping_call(long nr, const struct bks_syscall *s) {
 static long forbidden(long nr) {
   return nr == SYS_clone || nr == SYS_clone3 || nr == SYS_fork || nr == SYS_vfork || nr == SYS_execve ||
          nr == SYS_execveat || nr == SYS_rt_sigreturn;
+}
+
+/* A home thread about to end keeps the page of its TID word here, writable,
+ * until the kernel has cleared the word at its exit (the wake-up that
+ * pthread_join waits for): the kernel takes no userfault for an exiting
+ * thread, so if a node held the page then (a joiner on a node reads the
+ * word), the clear would be lost and the joiner would wait for ever. */
+static void pin_tid_word(void) {
+  uint64_t tidp = 0;
+  if (sc2(SYS_prctl, PR_GET_TID_ADDRESS, &tidp) || !tidp) return;
+  int pidfd = (int)sc2(SYS_pidfd_open, sc0(SYS_gettid), 0x80 /* PIDFD_THREAD */);
+  if (pidfd >= 0) {
+    pidfd = hide_fd(pidfd);
+    struct queue_item it = {.kind = 1, .page = PAGE_DOWN(tidp), .pidfd = pidfd};
+    ask_manager(&it);
+  }
+  __atomic_fetch_add((volatile int *)tidp, 0, __ATOMIC_SEQ_CST);
 }
 
 /* The executor's life: on a private stack, until the remote thread ends. */
@@ -1106,7 +1165,20 @@ static uint64_t executor(void *p) {
         if (nr == SYS_exit_group) sc1(SYS_exit_group, pl.s.arg[0]);
         res = sc6(nr, (long)pl.s.arg[0], (long)pl.s.arg[1], (long)pl.s.arg[2], (long)pl.s.arg[3],
                   (long)pl.s.arg[4], (long)pl.s.arg[5]);
-        if (nr == SYS_mprotect && res == 0) {
+        if (is_fresh_mapping(nr, &pl.s, res)) {
+          /* register it here now (home threads must fault through the
+           * directory), then hand its pages to the caller's host */
+          uint64_t len = PAGE_UP(pl.s.arg[1]);
+          lock(&regs.lock);
+          int ok = !registered((uint64_t)res) && !uffd_register((uint64_t)res, (uint64_t)res + len);
+          if (ok) add_reg((uint64_t)res, (uint64_t)res + len);
+          unlock(&regs.lock);
+          if (ok) {
+            struct queue_item it = {.kind = 4, .host = h, .page = (uint64_t)res, .len = len};
+            seq = ask_manager(&it);
+            flags = BKS_RES_MAPS_CHANGED | BKS_RES_FRESH;
+          }
+        } else if (nr == SYS_mprotect && res == 0) {
           struct queue_item it = {.kind = 3, .host = h, .page = pl.s.arg[0], .len = pl.s.arg[1], .prot = pl.s.arg[2]};
           seq = ask_manager(&it);
           flags = BKS_RES_MAPS_CHANGED;
@@ -1139,18 +1211,7 @@ static uint64_t executor(void *p) {
   }
   sc1(SYS_close, fd);
   ts->done = 1;
-  /* Keep the page of our TID word here until the kernel has cleared it at
-   * our exit: a fault taken while exiting cannot be served. */
-  uint64_t tidp = 0;
-  if (!sc2(SYS_prctl, PR_GET_TID_ADDRESS, &tidp) && tidp) {
-    int pidfd = (int)sc2(SYS_pidfd_open, tid, 0x80 /* PIDFD_THREAD */);
-    if (pidfd >= 0) {
-      pidfd = hide_fd(pidfd);
-      struct queue_item it = {.kind = 1, .page = PAGE_DOWN(tidp), .pidfd = pidfd};
-      ask_manager(&it);
-    }
-    __atomic_fetch_add((volatile int *)tidp, 0, __ATOMIC_SEQ_CST);
-  }
+  pin_tid_word();
   return ret;
 }
 
@@ -1161,6 +1222,15 @@ static void *exec_start(void *p) {
   x->app_sp = (get_sp() - 1024) & ~15ull;
   char *stack = priv_alloc(256 * 1024);
   return (void *)__bunkai_call_on(stack + 256 * 1024, executor, x);
+}
+
+/* A thread placed on the home host: the program's start routine, then the
+ * TID word's page is pinned here (see pin_tid_word). */
+static void *home_thread(void *p) {
+  struct xbox *x = p;
+  void *r = x->fn(x->arg);
+  pin_tid_word();
+  return r;
 }
 
 static int place(uint32_t no) {
@@ -1179,15 +1249,50 @@ static int home_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(voi
     ts->thread = no, ts->host = 0;
     if (g.stats->nthreads < no + 1 && no < BKS_MAX_THREADS) g.stats->nthreads = no + 1;
     g.stats->host[0].threads++;
-    return g.real_create(t, attr, fn, arg);
   }
   struct xbox *x = priv_alloc(sizeof *x);
   x->fn = fn, x->arg = arg, x->thread = no, x->host = (uint32_t)h;
-  return g.real_create(t, attr, exec_start, x);
+  if (h == 0 && g.nhosts == 1) return g.real_create(t, attr, fn, arg);
+  return g.real_create(t, attr, h == 0 ? home_thread : exec_start, x);
 }
 
 /* ------------------------------------------------------------------ */
 /* Node: remote threads                                                */
+
+/* Pages of mappings this node's threads made that are still untouched
+ * zeros owned by this node (BKS_RES_FRESH): the manager fills them itself.
+ * A page leaves the set when it is filled or when home says anything
+ * about it. */
+static struct rangeset fresh;
+
+/* Held while a node changes its own view of the mappings (lazy mapping in
+ * sigsegv, map_fresh): two threads faulting in one unmapped region must not
+ * both map it. */
+static volatile int map_lock;
+
+static int fresh_take(uint64_t a, uint64_t b) {
+  if (!__atomic_load_n(&fresh.n, __ATOMIC_ACQUIRE)) return 0;
+  lock(&fresh.lock);
+  int hit = rs_cut(&fresh, a, b);
+  unlock(&fresh.lock);
+  return hit;
+}
+
+/* The home host gave this node a new mapping's pages: map it here now. */
+static void map_fresh(uint64_t start, uint64_t len, long prot) {
+  len = PAGE_UP(len);
+  lock(&map_lock);
+  long r = sc6(SYS_mmap, start, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE, -1, 0);
+  if (r == (long)start && uffd_register(start, start + len)) sc2(SYS_munmap, start, len), r = -1;
+  if (r == (long)start) {
+    lock(&fresh.lock);
+    rs_add(&fresh, start, start + len);
+    unlock(&fresh.lock);
+  }
+  /* else mapped here already (another thread faulted in a neighbour that
+   * home merged with it): faults ask home, which answers with zeros */
+  unlock(&map_lock);
+}
 
 static struct rthread *me(void) {
   int ktid = (int)sc0(SYS_gettid);
@@ -1247,6 +1352,7 @@ static void sigsys(int sig, siginfo_t *si, void *ctxp) {
     struct bks_msg m;
     res = rpc(t, BKS_SYSCALL, 0, 0, 0, &s, sizeof s, &m, 0, 0);
     if (m.b & BKS_RES_MAPS_CHANGED) wait_processed((uint32_t)m.c);
+    if (m.b & BKS_RES_FRESH) map_fresh((uint64_t)res, (uint64_t)a1, a2);
     if (nr == SYS_munmap && res == 0) sc2(SYS_munmap, a0, a1);
   }
   }
@@ -1277,10 +1383,13 @@ static void sigsegv(int sig, siginfo_t *si, void *ctxp) {
     send_msg(t->fd, BKS_CRASH, (uint64_t)sig, addr, 0, 0, 0);
     for (;;) sc0(SYS_pause);
   }
+  lock(&map_lock);
   if (mapped_here(addr)) {
-    /* the protection changed at home */
+    /* the protection changed at home, or another thread of ours has just
+     * mapped it */
     if (sc3(SYS_mprotect, info.start, info.end - info.start, info.prot))
       sc3(SYS_mprotect, PAGE_DOWN(addr), PAGE, info.prot);
+    unlock(&map_lock);
     return;
   }
   /* map the unmapped run around addr within [start, end) */
@@ -1293,11 +1402,12 @@ static void sigsegv(int sig, siginfo_t *si, void *ctxp) {
     long r = sc6(SYS_mmap, lo, hi - lo, info.prot, MAP_PRIVATE | MAP_FIXED_NOREPLACE, fd, (long)(info.offset + (lo - info.start)));
     sc1(SYS_close, fd);
     if (r < 0) die("cannot map %s at 0x%x (%d)", (long)info.path, (long)lo, r, 0);
-    return;
+  } else {
+    long r = sc6(SYS_mmap, lo, hi - lo, info.prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE, -1, 0);
+    if (r < 0) die("cannot map 0x%x-0x%x (%d)", (long)lo, (long)hi, r, 0);
+    if (uffd_register(lo, hi)) die("cannot register 0x%x-0x%x with userfaultfd", (long)lo, (long)hi, 0, 0);
   }
-  long r = sc6(SYS_mmap, lo, hi - lo, info.prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE, -1, 0);
-  if (r < 0) die("cannot map 0x%x-0x%x (%d)", (long)lo, (long)hi, r, 0);
-  if (uffd_register(lo, hi)) die("cannot register 0x%x-0x%x with userfaultfd", (long)lo, (long)hi, 0, 0);
+  unlock(&map_lock);
 }
 
 void __bunkai_remote_exit(uint64_t ret) {
@@ -1356,6 +1466,22 @@ static void start_remote(int fd) {
 static void node_ctrl(struct bks_msg *m, char *pl) {
   static uint8_t data[PAGE] __attribute__((aligned(64)));
   uint64_t page = m->a;
+  switch (m->type) {
+  case BKS_GRANT:
+  case BKS_FETCH:
+  case BKS_DOWNGRADE:
+  case BKS_TAKE:
+  case BKS_INVALIDATE:
+    fresh_take(page, page + PAGE);
+    break;
+  case BKS_UNMAP:
+    fresh_take(m->a, m->b);
+    break;
+  case BKS_REMAP:
+    fresh_take(m->a, m->a + m->c);
+    fresh_take(m->b, m->b + m->c);
+    break;
+  }
   switch (m->type) {
   case BKS_GRANT:
     if (m->len == PAGE) {
@@ -1422,6 +1548,10 @@ static void node_manager(void) {
         uint64_t page = PAGE_DOWN(msgs[i].arg.pagefault.address);
         int write = (f & (UFFD_PAGEFAULT_FLAG_WRITE | UFFD_PAGEFAULT_FLAG_WP)) != 0;
         int mode = write ? 2 : 1;
+        if (!(f & UFFD_PAGEFAULT_FLAG_WP) && fresh_take(page, page + PAGE)) {
+          uffd_install(page, zero_page, 0);
+          continue;
+        }
         unsigned k = (unsigned)((page >> 12) & 4095);
         if (asked[k].page == page && asked[k].mode >= mode) continue;
         asked[k].page = page, asked[k].mode = mode;
@@ -1462,6 +1592,15 @@ __attribute__((visibility("default"))) int pthread_create(pthread_t *t, const pt
   }
   if (!g.real_create) g.real_create = dlsym(RTLD_NEXT, "pthread_create");
   return g.real_create(t, attr, fn, arg);
+}
+
+/* A home thread ending through pthread_exit pins its TID word's page as
+ * one that returns does (home_thread). On a node, pthread_exit is forwarded
+ * like any call that is not the thread's own business: not here. */
+__attribute__((visibility("default"), noreturn)) void pthread_exit(void *ret) {
+  if (g.role == ROLE_HOME && g.nhosts > 1 && (uint32_t)sc0(SYS_getpid) == g.home_pid) pin_tid_word();
+  if (!g.real_exit) g.real_exit = dlsym(RTLD_NEXT, "pthread_exit");
+  g.real_exit(ret);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1538,7 +1677,7 @@ static void home_start(const char *s, char *buf, long cap) {
   g.stats->magic = BKS_MAGIC, g.stats->version = BKS_VERSION, g.stats->hosts = (uint32_t)g.nhosts;
   g.home_pid = (uint32_t)sc0(SYS_getpid);
   g.real_create = dlsym(RTLD_NEXT, "pthread_create");
-  if (!g.real_create) die("cannot find the real pthread_create", 0, 0, 0, 0);
+  if (!g.real_create || !g.real_exit) die("cannot find the real pthread_create and pthread_exit", 0, 0, 0, 0);
   lfd = hide_fd(lfd);
   /* the replicas call in */
   uint64_t deadline = now_ns() + 30ull * 1000000000ull;
@@ -1641,6 +1780,7 @@ __attribute__((constructor)) static void bunkai_share_init(int argc, char **argv
   /* children of the program (and what they exec) run unshared */
   val[0] = '-';
   g.role = home ? ROLE_HOME : ROLE_REPLICA;
+  g.real_exit = dlsym(RTLD_NEXT, "pthread_exit"); /* now: a replica may not call libc later */
   sc2(SYS_prctl, PR_SET_THP_DISABLE, 1);
   long r = sc6(SYS_mmap, BKS_PRIVATE_BASE, BKS_PRIVATE_SIZE, PROT_NONE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);

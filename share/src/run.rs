@@ -413,7 +413,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
 
     // A node that reported before the program ended, other than a replica
     // exiting cleanly within the grace period (the normal end), failed.
-    let failed: Option<usize> = killed_for.or_else(|| {
+    let mut failed: Option<usize> = killed_for.or_else(|| {
         nodes.iter().position(|n| match &n.ended {
             None => false,
             Some(Ended::Exit(Exit::Code(0))) => false,
@@ -437,8 +437,19 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             None
         }
     };
+    // The runtime's keepalive may see a node go before ours does: the same
+    // failure, reported the same way (the node, its replica, why).
+    let runtime_blamed = st.as_ref().map(|s| s.failed_host as usize).filter(|&h| h >= 1 && h <= nodes.len());
+    if let (Some(h), Some(s)) = (runtime_blamed, &st) {
+        let n = &mut nodes[h - 1];
+        if n.ended.is_none() {
+            let e = io::Error::from_raw_os_error(-s.failed_err);
+            n.ended = Some(Ended::Lost(format!("connection lost: {e}")));
+        }
+        failed = failed.or(Some(h - 1));
+    }
     if let Some(s) = &st {
-        if !s.error.is_empty() {
+        if !s.error.is_empty() && runtime_blamed.is_none() {
             eprintln!("bunkai share: {}", s.error);
         }
         if a.verbose {
@@ -472,6 +483,7 @@ fn summary_json(exit: Exit, wall: Duration, names: &[String], st: Option<&stats:
                 "read_faults": c.read_faults, "write_faults": c.write_faults,
                 "pages_in": c.pages_in, "pages_out": c.pages_out,
                 "invalidations": c.invalidations, "fault_ns": c.fault_ns,
+                "fresh_pages": c.fresh_pages,
             })
         })
         .collect();

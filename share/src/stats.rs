@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 pub const BKS_MAGIC: u32 = 0x314b_5342;
-pub const BKS_VERSION: u32 = 1;
+pub const BKS_VERSION: u32 = 2;
 pub const BKS_MAX_HOSTS: usize = 16;
 pub const BKS_MAX_THREADS: usize = 1024;
 pub const BKS_STATS_SIZE: u64 = 65536;
@@ -17,10 +17,12 @@ const OFF_HOSTS: usize = 8;
 const OFF_NTHREADS: usize = 12;
 const OFF_STARTED: usize = 16;
 const OFF_MAPPINGS: usize = 24;
-const OFF_ERROR: usize = 32;
+const OFF_FAILED_HOST: usize = 32;
+const OFF_FAILED_ERR: usize = 36;
+const OFF_ERROR: usize = 40;
 const ERROR_LEN: usize = 256;
 const OFF_HOST: usize = OFF_ERROR + ERROR_LEN;
-const HOST_SIZE: usize = 8 * 8;
+const HOST_SIZE: usize = 9 * 8;
 const OFF_THREAD: usize = OFF_HOST + BKS_MAX_HOSTS * HOST_SIZE;
 const THREAD_SIZE: usize = 4 * 4 + 8;
 /// sizeof(struct bks_stats)
@@ -37,6 +39,9 @@ pub struct HostStats {
     pub syscalls: u64,
     pub threads: u64,
     pub fault_ns: u64,
+    /// Pages of new mappings this host's threads made, owned by the host
+    /// from the start (first touch), so never transferred to it.
+    pub fresh_pages: u64,
 }
 
 /// struct bks_thread_stats: one row of the thread management table (§4.2)
@@ -55,6 +60,10 @@ pub struct Stats {
     pub hosts: u32,
     pub started_ns: u64,
     pub mappings: u64,
+    /// The node whose loss the runtime saw end the run (0: none), and why
+    /// (a negative errno).
+    pub failed_host: u32,
+    pub failed_err: i32,
     pub error: String,
     pub host: Vec<HostStats>,
     pub threads: Vec<ThreadStats>,
@@ -100,6 +109,7 @@ pub fn parse(page: &[u8]) -> Result<Option<Stats>, String> {
                 syscalls: f(5),
                 threads: f(6),
                 fault_ns: f(7),
+                fresh_pages: f(8),
             }
         })
         .collect();
@@ -120,6 +130,8 @@ pub fn parse(page: &[u8]) -> Result<Option<Stats>, String> {
         hosts,
         started_ns: u64_at(page, OFF_STARTED),
         mappings: u64_at(page, OFF_MAPPINGS),
+        failed_host: u32_at(page, OFF_FAILED_HOST),
+        failed_err: u32_at(page, OFF_FAILED_ERR) as i32,
         error: String::from_utf8_lossy(err).trim().to_string(),
         host,
         threads,
@@ -154,12 +166,12 @@ pub fn render(s: &Stats, names: &[String]) -> String {
     }
     let nw = (0..s.host.len()).map(|h| name(h as u32).len()).max().unwrap_or(4).max(4);
     out.push_str(&format!(
-        "  {:<nw$}  {:>7}  {:>9}  {:>11}  {:>12}  {:>8}  {:>9}  {:>13}  {:>10}\n",
-        "host", "threads", "syscalls", "read faults", "write faults", "pages in", "pages out", "invalidations", "fault ms"
+        "  {:<nw$}  {:>7}  {:>9}  {:>11}  {:>12}  {:>8}  {:>9}  {:>13}  {:>11}  {:>10}\n",
+        "host", "threads", "syscalls", "read faults", "write faults", "pages in", "pages out", "invalidations", "fresh pages", "fault ms"
     ));
     for (h, c) in s.host.iter().enumerate() {
         out.push_str(&format!(
-            "  {:<nw$}  {:>7}  {:>9}  {:>11}  {:>12}  {:>8}  {:>9}  {:>13}  {:>10.3}\n",
+            "  {:<nw$}  {:>7}  {:>9}  {:>11}  {:>12}  {:>8}  {:>9}  {:>13}  {:>11}  {:>10.3}\n",
             name(h as u32),
             c.threads,
             c.syscalls,
@@ -168,6 +180,7 @@ pub fn render(s: &Stats, names: &[String]) -> String {
             c.pages_in,
             c.pages_out,
             c.invalidations,
+            c.fresh_pages,
             c.fault_ns as f64 / 1e6
         ));
     }
@@ -194,7 +207,7 @@ mod tests {
         put64(&mut p, OFF_STARTED, 123);
         put64(&mut p, OFF_MAPPINGS, 7);
         p[OFF_ERROR..OFF_ERROR + 5].copy_from_slice(b"oops\n");
-        for i in 0..8 {
+        for i in 0..9 {
             put64(&mut p, OFF_HOST + HOST_SIZE + 8 * i, 10 + i as u64);
         }
         // thread 1 on node 1 (executor 4242), thread 2 at home; slot 0 unused
@@ -217,6 +230,7 @@ mod tests {
         assert_eq!(s.host[0], HostStats::default());
         assert_eq!(s.host[1].read_faults, 10);
         assert_eq!(s.host[1].fault_ns, 17);
+        assert_eq!(s.host[1].fresh_pages, 18);
         assert_eq!(
             s.threads,
             vec![
@@ -234,9 +248,9 @@ mod tests {
     fn zero_page_means_no_runtime_and_other_versions_are_refused() {
         assert_eq!(parse(&vec![0u8; BKS_STATS_SIZE as usize]).unwrap(), None);
         let mut p = sample();
-        put32(&mut p, OFF_VERSION, 2);
+        put32(&mut p, OFF_VERSION, BKS_VERSION + 1);
         let e = parse(&p).unwrap_err();
-        assert!(e.contains("stats version 2") && e.contains("(rebuild both: make)"), "{e}");
+        assert!(e.contains(&format!("stats version {}", BKS_VERSION + 1)) && e.contains("(rebuild both: make)"), "{e}");
         assert!(parse(&p[..100]).is_err());
     }
 
@@ -253,9 +267,10 @@ mod tests {
 #include "bunkai_share.h"
 int main(void) {
   printf("%u %u %d %d %u\n", BKS_MAGIC, BKS_VERSION, BKS_MAX_HOSTS, BKS_MAX_THREADS, BKS_STATS_SIZE);
-  printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu\n", offsetof(struct bks_stats, magic), offsetof(struct bks_stats, version),
+  printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", offsetof(struct bks_stats, magic), offsetof(struct bks_stats, version),
          offsetof(struct bks_stats, hosts), offsetof(struct bks_stats, nthreads), offsetof(struct bks_stats, started_ns),
-         offsetof(struct bks_stats, mappings), offsetof(struct bks_stats, error), offsetof(struct bks_stats, host),
+         offsetof(struct bks_stats, mappings), offsetof(struct bks_stats, failed_host), offsetof(struct bks_stats, failed_err),
+         offsetof(struct bks_stats, error), offsetof(struct bks_stats, host),
          offsetof(struct bks_stats, thread));
   printf("%zu %zu %zu %zu\n", sizeof(struct bks_host_stats), sizeof(struct bks_thread_stats),
          offsetof(struct bks_thread_stats, syscalls), sizeof(struct bks_stats));
@@ -277,7 +292,7 @@ int main(void) {
         let got = String::from_utf8(out.stdout).unwrap();
         let want = format!(
             "{BKS_MAGIC} {BKS_VERSION} {BKS_MAX_HOSTS} {BKS_MAX_THREADS} {BKS_STATS_SIZE}\n\
-             {OFF_MAGIC} {OFF_VERSION} {OFF_HOSTS} {OFF_NTHREADS} {OFF_STARTED} {OFF_MAPPINGS} {OFF_ERROR} {OFF_HOST} {OFF_THREAD}\n\
+             {OFF_MAGIC} {OFF_VERSION} {OFF_HOSTS} {OFF_NTHREADS} {OFF_STARTED} {OFF_MAPPINGS} {OFF_FAILED_HOST} {OFF_FAILED_ERR} {OFF_ERROR} {OFF_HOST} {OFF_THREAD}\n\
              {HOST_SIZE} {THREAD_SIZE} 16 {STATS_BYTES}\n"
         );
         assert_eq!(got, want);
