@@ -40,6 +40,9 @@ enum Cmd {
         /// Print per-stage times and decisions
         #[arg(short, long)]
         verbose: bool,
+        /// Copy the code through the socket instead of handing the host a memfd to map
+        #[arg(long)]
+        copy: bool,
         #[arg(long)]
         json: bool,
         /// A relocatable object (clang or gcc -c) declaring BUNKAI_MODULE
@@ -52,6 +55,9 @@ enum Cmd {
         host: HostSel,
         #[arg(short = 'L', value_name = "DIR")]
         dirs: Vec<PathBuf>,
+        /// Copy the code through the socket instead of handing the host a memfd to map
+        #[arg(long)]
+        copy: bool,
         #[arg(long)]
         json: bool,
         /// The loaded module to replace
@@ -185,16 +191,16 @@ fn print_load(r: &server::LoadReport, json: bool, verbose: bool) -> Result<()> {
 
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.cmd {
-        Cmd::Load { host, dirs, verbose, json, module } => {
+        Cmd::Load { host, dirs, verbose, copy, json, module } => {
             let mut h = proto::Host::connect(&pick_socket(&host)?)?;
-            let r = server::load(&mut h, &server::LoadOptions { file: &module, dirs: search_dirs(dirs), replace: None })?;
+            let r = server::load(&mut h, &server::LoadOptions { file: &module, dirs: search_dirs(dirs), replace: None, copy })?;
             print_load(&r, json, verbose)?;
         }
-        Cmd::Swap { host, dirs, json, old, module } => {
+        Cmd::Swap { host, dirs, copy, json, old, module } => {
             let mut h = proto::Host::connect(&pick_socket(&host)?)?;
             let r = server::load(
                 &mut h,
-                &server::LoadOptions { file: &module, dirs: search_dirs(dirs), replace: Some(&old) },
+                &server::LoadOptions { file: &module, dirs: search_dirs(dirs), replace: Some(&old), copy },
             )?;
             print_load(&r, json, false)?;
         }

@@ -30,6 +30,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -159,6 +160,12 @@ struct reg {
   uint32_t nfn;
 };
 
+static void free_strv(char **v, uint32_t n) {
+  for (uint32_t k = 0; v && k < n; k++)
+    free(v[k]);
+  free(v);
+}
+
 static void free_reg(struct reg *r) {
   for (uint32_t k = 0; r->names && k < r->nfn; k++)
     free(r->names[k]);
@@ -168,6 +175,9 @@ static void free_reg(struct reg *r) {
 
 struct module {
   uint32_t id;
+  char *name;   /* the module's name, and those of the modules it needs */
+  char **deps;  /* (from COMMIT; the blob has them too, as JSON) */
+  uint32_t ndeps;
   char *blob;
   uint32_t blob_len;
   void *mem;
@@ -181,6 +191,7 @@ struct module {
 struct staged {
   void *mem;
   size_t rx_len, mem_len;
+  int sealed; /* the RX part is final (PROTECT or MAP): no more WRITEs to it */
   struct staged *next;
 };
 
@@ -272,6 +283,8 @@ static void destroy(struct module *m) {
     free_reg(&m->regs[i]);
   free(m->regs);
   free(m->blob);
+  free(m->name);
+  free_strv(m->deps, m->ndeps);
   free(m);
 }
 
@@ -318,14 +331,37 @@ struct msg {
   int bad;
 };
 
-static int read_full(int fd, void *buf, size_t len) {
+/* Reads exactly len bytes. A file descriptor passed with SCM_RIGHTS (MAP's
+ * memfd) arrives with the bytes it was sent with; it is kept in *passed for
+ * the message that uses it (an earlier one never claimed is closed). recvmsg
+ * everywhere: a plain read() would silently drop the descriptor. */
+static int read_full(int fd, void *buf, size_t len, int *passed) {
   unsigned char *b = buf;
   while (len) {
-    ssize_t n = read(fd, b, len);
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct iovec iov = {b, len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = &ctl, .msg_controllen = sizeof ctl};
+    ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
       return -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+        continue;
+      size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t k = 0; k < nfd; k++) {
+        int got;
+        memcpy(&got, CMSG_DATA(c) + k * sizeof(int), sizeof got);
+        if (*passed >= 0)
+          close(*passed);
+        *passed = got;
+      }
+    }
     b += n;
     len -= (size_t)n;
   }
@@ -444,6 +480,7 @@ static int send_err(int fd, const char *fmt, ...) {
 
 struct session {
   struct staged *staged;
+  int passed_fd; /* a descriptor received with SCM_RIGHTS, not yet used */
   uint32_t evict[64]; /* modules to unload when the first COMMIT lands */
   uint32_t nevict;
   uint64_t evict_bytes;
@@ -457,6 +494,9 @@ static struct staged *find_staged(struct session *s, uint64_t addr) {
 }
 
 static void rollback(struct session *s) {
+  if (s->passed_fd >= 0)
+    close(s->passed_fd);
+  s->passed_fd = -1;
   s->nevict = 0;
   s->evict_bytes = 0;
   while (s->staged) {
@@ -595,6 +635,8 @@ static int do_write(int fd, struct session *s, struct msg *m) {
   for (struct staged *st = s->staged; st; st = st->next) {
     uint64_t base = (uint64_t)(uintptr_t)st->mem;
     if (addr >= base && addr + n <= base + st->mem_len && addr + n >= addr) {
+      if (st->sealed && addr < base + st->rx_len)
+        return send_err(fd, "WRITE into code that is already protected");
       memcpy((void *)(uintptr_t)addr, data, n);
       struct out o = {0};
       put64(&o, now_ns() - t0);
@@ -614,6 +656,74 @@ static int do_protect(int fd, struct session *s, struct msg *m) {
     return send_err(fd, "PROTECT of memory not staged for this load");
   if (mprotect(st->mem, st->rx_len, PROT_READ | PROT_EXEC))
     return send_err(fd, "mprotect: %s", strerror(errno));
+  st->sealed = 1;
+  struct out o = {0};
+  put64(&o, now_ns() - t0);
+  int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
+  free(o.p);
+  return rc;
+}
+
+/* MAP: the zero-copy load. The server linked the module straight into a
+ * memfd laid out like the staged region (RX part, then the RW part's data)
+ * and passed it with SCM_RIGHTS; it replaces the start of the reservation in
+ * place. Both parts are private mappings, as ld.so maps a library: code
+ * r-x, data rw- and copy-on-write, so a fork of the host gets its own copy of
+ * the module's variables, exactly as with anonymous memory. The rest of the
+ * RW part (bss) stays the reservation's anonymous zero pages. The memfd is
+ * sealed first: it cannot shrink under the mapping (no SIGBUS later) nor be
+ * written through any new mapping or write(). On failure the region is put
+ * back as it was (anonymous, read-write), so the server may fall back to
+ * WRITE. */
+static int do_map(int fd, struct session *s, struct msg *m) {
+  uint64_t t0 = now_ns();
+  uint64_t addr = get64(m), flen = get64(m);
+  int mfd = s->passed_fd;
+  s->passed_fd = -1;
+  struct staged *st = m->bad ? NULL : find_staged(s, addr);
+  const char *why = NULL;
+  int err = 0;
+  if (mfd < 0)
+    why = "MAP without a file descriptor";
+  else if (!st)
+    why = "MAP of memory not staged for this load";
+  else if (st->sealed)
+    why = "MAP of memory already loaded";
+  else if (flen < st->rx_len || flen > st->mem_len || flen % page_round(1))
+    why = "MAP of a file that does not fit the staged memory";
+  if (why) {
+    if (mfd >= 0)
+      close(mfd);
+    return send_err(fd, "%s", why);
+  }
+  struct stat sb;
+  if (fcntl(mfd, F_ADD_SEALS,
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL))
+    why = "cannot seal the module's memfd", err = errno;
+  else if (fstat(mfd, &sb))
+    why = "fstat", err = errno;
+  else if ((uint64_t)sb.st_size < flen)
+    why = "the module's memfd is shorter than announced";
+  else if (st->rx_len && mmap(st->mem, st->rx_len, PROT_READ | PROT_EXEC,
+                              MAP_PRIVATE | MAP_FIXED, mfd, 0) == MAP_FAILED)
+    why = "cannot map the module's code", err = errno;
+  else if (flen > st->rx_len &&
+           mmap((char *)st->mem + st->rx_len, flen - st->rx_len,
+                PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, mfd,
+                (off_t)st->rx_len) == MAP_FAILED)
+    why = "cannot map the module's data", err = errno;
+  close(mfd);
+  if (why && flen) {
+    /* Back to the reservation ALLOC made; the same address range, so a
+     * fixed mapping cannot fail for want of room. */
+    mmap(st->mem, flen, PROT_READ | PROT_WRITE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  }
+  if (why) {
+    return err ? send_err(fd, "%s: %s", why, strerror(err))
+               : send_err(fd, "%s", why);
+  }
+  st->sealed = 1;
   struct out o = {0};
   put64(&o, now_ns() - t0);
   int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
@@ -634,6 +744,8 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
   struct staged *st = find_staged(s, mem);
   if (!st)
     return send_err(fd, "COMMIT of memory not staged for this load");
+  if (!st->sealed) /* its code would not be executable */
+    return send_err(fd, "COMMIT of a module not loaded (no MAP or PROTECT)");
   struct module *old = replace ? find_module(replace) : NULL;
   if (replace && !old)
     return send_err(fd, "module %u to replace is not loaded", replace);
@@ -671,10 +783,20 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
     if (!table || !names || !regs[i].iface)
       m->bad = 1;
   }
+  char *mname = m->bad ? NULL : getstr(m);
+  uint32_t ndeps = get32(m);
+  char **deps = NULL;
+  if (!mname || m->bad || ndeps > 1024 ||
+      !(deps = calloc(ndeps ? ndeps : 1, sizeof *deps)))
+    m->bad = 1;
+  for (uint32_t k = 0; k < ndeps && deps && !m->bad; k++)
+    if (!(deps[k] = getstr(m)))
+      m->bad = 1;
   if (m->bad) {
     for (uint32_t k = 0; k < nregs; k++)
       free_reg(&regs[k]);
-    free(mod), free(regs), free(b);
+    free(mod), free(regs), free(b), free(mname);
+    free_strv(deps, ndeps);
     return send_err(fd, "malformed COMMIT");
   }
 
@@ -694,13 +816,17 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
     if (rc != 0) {
       for (uint32_t k = 0; k < nregs; k++)
         free_reg(&regs[k]);
-      free(mod), free(regs), free(b);
+      free(mod), free(regs), free(b), free(mname);
+      free_strv(deps, ndeps);
       return send_err(fd, "the module's init function returned %d", rc);
     }
   }
   uint64_t t1 = now_ns();
   mod->blob = b;
   mod->blob_len = blob_len;
+  mod->name = mname;
+  mod->deps = deps;
+  mod->ndeps = ndeps;
   mod->mem = st->mem;
   mod->mem_len = st->mem_len;
   mod->exit_fn = (void (*)(void))(uintptr_t)exitp;
@@ -775,6 +901,55 @@ static int do_unload(int fd, struct msg *m) {
   return rc;
 }
 
+/* Whether module x needs the module called `name`. */
+static int needs(const struct module *x, const char *name) {
+  for (uint32_t k = 0; k < x->ndeps; k++)
+    if (!strcmp(x->deps[k], name))
+      return 1;
+  return 0;
+}
+
+/* UNLOAD_NAME: `bunkai mod unload NAME` in one round trip. The module is
+ * unloaded unless another module needs it; the answer says which case. */
+static int do_unload_name(int fd, struct msg *m) {
+  uint64_t t0 = now_ns();
+  char *name = getstr(m);
+  if (!name || m->bad) {
+    free(name);
+    return send_err(fd, "malformed UNLOAD_NAME");
+  }
+  struct out o = {0};
+  struct module *target = NULL;
+  uint32_t nusers = 0;
+  pthread_mutex_lock(&mod_lock);
+  for (struct module *x = modules; x; x = x->next)
+    if (x->name && !strcmp(x->name, name))
+      target = x;
+  for (struct module *x = modules; target && x; x = x->next)
+    nusers += x != target && needs(x, name);
+  if (!target) {
+    put32(&o, 1);
+  } else if (nusers) {
+    put32(&o, 2);
+    put32(&o, nusers);
+    for (struct module *x = modules; x; x = x->next)
+      if (x != target && needs(x, name))
+        putstr(&o, x->name, strlen(x->name));
+  }
+  pthread_mutex_unlock(&mod_lock);
+  free(name);
+  if (target && !nusers) {
+    uint32_t id = target->id;
+    remove_module(target);
+    put32(&o, 0);
+    put32(&o, id);
+    put64(&o, now_ns() - t0);
+  }
+  int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
+  free(o.p);
+  return rc;
+}
+
 static int do_evict(int fd, struct session *s, struct msg *m) {
   uint32_t id = get32(m);
   if (m->bad)
@@ -796,10 +971,10 @@ static unsigned char *rbuf;
 static size_t rcap;
 
 static void serve(int fd) {
-  struct session s = {0};
+  struct session s = {.passed_fd = -1};
   for (;;) {
     uint32_t hdr[2];
-    if (read_full(fd, hdr, 4))
+    if (read_full(fd, hdr, 4, &s.passed_fd))
       break;
     if (hdr[0] < 4 || hdr[0] > MAX_MSG) {
       send_err(fd, "message of %u bytes refused", hdr[0]);
@@ -817,7 +992,8 @@ static void serve(int fd) {
       rcap = m.len + 1;
     }
     m.p = rbuf;
-    if (read_full(fd, &hdr[1], 4) || (m.len && read_full(fd, m.p, m.len)))
+    if (read_full(fd, &hdr[1], 4, &s.passed_fd) ||
+        (m.len && read_full(fd, m.p, m.len, &s.passed_fd)))
       break;
     int rc;
     switch (hdr[1]) {
@@ -844,6 +1020,12 @@ static void serve(int fd) {
       break;
     case BUNKAI_MSG_EVICT:
       rc = do_evict(fd, &s, &m);
+      break;
+    case BUNKAI_MSG_MAP:
+      rc = do_map(fd, &s, &m);
+      break;
+    case BUNKAI_MSG_UNLOAD_NAME:
+      rc = do_unload_name(fd, &m);
       break;
     default:
       rc = send_err(fd, "unknown message type %u", hdr[1]);

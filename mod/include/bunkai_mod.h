@@ -56,7 +56,7 @@
 
 #include <stdint.h>
 
-#define BUNKAI_MOD_ABI 1
+#define BUNKAI_MOD_ABI 2
 #define BUNKAI_MOD_SECTION ".bunkai_mod"
 #define BUNKAI_MOD_FS "\x1f" /* field separator */
 #define BUNKAI_MOD_RS "\x1e" /* record separator */
@@ -172,11 +172,21 @@ const char *bunkai_provider(const char *iface, char *buf, unsigned long len);
  *   ALLOC    u64 rx u64 rw          -> OK u64 rx_addr u64 rw_addr u64 ns
  *   WRITE    u64 addr bytes          -> OK u64 ns   (into staged memory only)
  *   PROTECT  u64 rx_addr            -> OK u64 ns   (RX pages become r-x)
+ *   MAP      u64 rx_addr u64 len    -> OK u64 ns   (zero-copy load: the
+ *            message carries one memfd (SCM_RIGHTS, MFD_ALLOW_SEALING) holding
+ *            the linked image laid out like the staged memory; the host seals
+ *            it and maps [0, len) over the staged memory: the RX part r-x,
+ *            the rest rw- copy-on-write; both private. WRITE and PROTECT are
+ *            then not needed; on ERR the staged memory is as ALLOC left it)
  *   COMMIT   u32 replace_id blob u64 rx u64 rw u64 init u64 exit
- *            n {iface nfn {name u64 fn}*}
+ *            n {iface nfn {name u64 fn}*} name ndeps {dep}*
+ *            (name: the module's; deps: the modules it needs)
  *                                   -> OK u32 id u64 ns_init u64 ns_publish
  *            (replace_id != 0: the swap, one atomic publication)
  *   UNLOAD   u32 id                 -> OK u64 ns
+ *   UNLOAD_NAME name                -> OK u32 status, then for status
+ *            0 (unloaded): u32 id u64 ns; 1: no module of that name;
+ *            2 (refused: other modules need it): n {name}* of those
  *   EVICT    u32 id                 -> OK   (memory pressure: the module is
  *            unloaded when this transaction's first COMMIT lands, and its
  *            memory counts as free for ALLOC; forgotten on rollback)
@@ -190,6 +200,8 @@ const char *bunkai_provider(const char *iface, char *buf, unsigned long len);
 #define BUNKAI_MSG_COMMIT 6
 #define BUNKAI_MSG_UNLOAD 7
 #define BUNKAI_MSG_EVICT 8
+#define BUNKAI_MSG_MAP 9
+#define BUNKAI_MSG_UNLOAD_NAME 10
 #define BUNKAI_MSG_OK 100
 #define BUNKAI_MSG_ERR 101
 

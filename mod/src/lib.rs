@@ -5,18 +5,21 @@
 //!   required) from its `.bunkai_mod` section; interface hashes.
 //! - link.rs: our linker for x86-64 relocatable objects: pre-link (sizes from
 //!   the section headers), link (symbols, relocations, PLT and GOT).
+//! - memfd.rs: the zero-copy image (a memfd the linker writes into and the
+//!   host maps) and descriptor passing.
 //! - proto.rs: the wire protocol to libbunkai-host (mod/include/bunkai_mod.h).
 //! - server.rs: load (DKM's seven stages, each timed), unload, swap, list.
 //! - model.rs: the load-time model of §4 (a linear fit per stage).
 
 pub mod link;
+pub mod memfd;
 pub mod meta;
 pub mod model;
 pub mod proto;
 pub mod server;
 
 /// BUNKAI_MOD_ABI in mod/include/bunkai_mod.h.
-pub const ABI: u32 = 1;
+pub const ABI: u32 = 2;
 
 #[cfg(test)]
 mod tests {
@@ -41,6 +44,8 @@ mod tests {
             ("BUNKAI_MSG_COMMIT", Msg::Commit),
             ("BUNKAI_MSG_UNLOAD", Msg::Unload),
             ("BUNKAI_MSG_EVICT", Msg::Evict),
+            ("BUNKAI_MSG_MAP", Msg::Map),
+            ("BUNKAI_MSG_UNLOAD_NAME", Msg::UnloadName),
             ("BUNKAI_MSG_OK", Msg::Ok),
             ("BUNKAI_MSG_ERR", Msg::Err),
         ] {

@@ -75,6 +75,14 @@ pub struct Layout {
     pub payload: u64,
 }
 
+impl Layout {
+    /// RW bytes the link writes (data, then the GOT, which follows bss and
+    /// commons); the rest of RW is zero.
+    pub fn rw_image_size(&self) -> u64 {
+        self.rw_data_size.max(self.got.values().max().map_or(0, |o| o + 8))
+    }
+}
+
 /// A parsed relocatable object.
 pub struct Module<'d> {
     pub file: object::File<'d>,
@@ -262,7 +270,27 @@ impl<'d> Module<'d> {
     /// copy and the module's defined global symbols.
     pub fn link(&self, lay: &Layout, rx: u64, rw: u64, resolve: &HashMap<String, u64>) -> Result<Image> {
         let mut rx_img = vec![0u8; lay.rx_size as usize];
-        let mut rw_img = vec![0u8; lay.rw_size as usize];
+        let mut rw_img = vec![0u8; lay.rw_image_size() as usize];
+        let symbols = self.link_into(lay, rx, rw, resolve, &mut rx_img, &mut rw_img)?;
+        Ok(Image { rx: rx_img, rw: rw_img, symbols })
+    }
+
+    /// The link pass writing straight into caller-provided images (the
+    /// memfd the host will map, for the zero-copy load): `rx_img` at least
+    /// `lay.rx_size` bytes and `rw_img` at least `lay.rw_image_size()`, both
+    /// zero-filled. Returns the module's defined symbols.
+    pub fn link_into(
+        &self,
+        lay: &Layout,
+        rx: u64,
+        rw: u64,
+        resolve: &HashMap<String, u64>,
+        rx_img: &mut [u8],
+        rw_img: &mut [u8],
+    ) -> Result<Symbols> {
+        if (rx_img.len() as u64) < lay.rx_size || (rw_img.len() as u64) < lay.rw_image_size() {
+            bail!("internal error: link images smaller than the layout");
+        }
         let base = |r: Region| if r == Region::Rx { rx } else { rw };
 
         // Section contents.
@@ -272,7 +300,7 @@ impl<'d> Module<'d> {
                 continue;
             }
             let data = s.data()?;
-            let img = if region == Region::Rx { &mut rx_img } else { &mut rw_img };
+            let img: &mut [u8] = if region == Region::Rx { &mut *rx_img } else { &mut *rw_img };
             img[off as usize..off as usize + data.len()].copy_from_slice(data);
         }
 
@@ -349,7 +377,7 @@ impl<'d> Module<'d> {
                 let s_addr = addr_of(&sym, &mut missing)?;
                 let a = r.addend();
                 let p = base(region) + soff + off;
-                let img = if region == Region::Rx { &mut rx_img } else { &mut rw_img };
+                let img: &mut [u8] = if region == Region::Rx { &mut *rx_img } else { &mut *rw_img };
                 let at = (soff + off) as usize;
                 let overflow = |v: i128| -> anyhow::Error {
                     anyhow::anyhow!(
@@ -412,10 +440,12 @@ impl<'d> Module<'d> {
                 symbols.insert(sym.name().unwrap().to_string(), (a, sym.is_global()));
             }
         }
-        rw_img.truncate(lay.rw_data_size.max(lay.got.values().max().map_or(0, |o| o + 8)) as usize);
-        Ok(Image { rx: rx_img, rw: rw_img, symbols })
+        Ok(symbols)
     }
 }
+
+/// A module's defined symbols: name -> (address, global).
+pub type Symbols = HashMap<String, (u64, bool)>;
 
 /// What the link produced.
 pub struct Image {
@@ -423,7 +453,7 @@ pub struct Image {
     /// RW bytes to copy (data and GOT; the rest of RW is zero).
     pub rw: Vec<u8>,
     /// Defined symbols: name -> (address, global).
-    pub symbols: HashMap<String, (u64, bool)>,
+    pub symbols: Symbols,
 }
 
 /// Reads a module file and parses it, with the path in errors.

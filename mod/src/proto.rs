@@ -19,8 +19,19 @@ pub enum Msg {
     Commit = 6,
     Unload = 7,
     Evict = 8,
+    Map = 9,
+    UnloadName = 10,
     Ok = 100,
     Err = 101,
+}
+
+/// What UNLOAD_NAME did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UnloadByName {
+    Unloaded { id: u32, ns: u64 },
+    NotLoaded,
+    /// Refused: these modules need it.
+    NeededBy(Vec<String>),
 }
 
 pub struct Host {
@@ -142,12 +153,21 @@ impl Host {
         Ok(Host { sock, path: path.to_path_buf() })
     }
 
-    pub fn call(&mut self, t: Msg, body: &Out) -> Result<Vec<u8>> {
+    fn frame(t: Msg, body: &Out) -> Vec<u8> {
         let mut hdr = Vec::with_capacity(8 + body.0.len());
         hdr.extend_from_slice(&((4 + body.0.len()) as u32).to_le_bytes());
         hdr.extend_from_slice(&(t as u32).to_le_bytes());
         hdr.extend_from_slice(&body.0);
-        self.sock.write_all(&hdr).map_err(|e| self.gone(e))?;
+        hdr
+    }
+
+    pub fn call(&mut self, t: Msg, body: &Out) -> Result<Vec<u8>> {
+        let m = Self::frame(t, body);
+        self.sock.write_all(&m).map_err(|e| self.gone(e))?;
+        self.reply()
+    }
+
+    fn reply(&mut self) -> Result<Vec<u8>> {
         let mut h = [0u8; 8];
         self.sock.read_exact(&mut h).map_err(|e| self.gone(e))?;
         let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
@@ -222,6 +242,16 @@ impl Host {
         Ok(ns)
     }
 
+    /// The zero-copy load: the host maps the first `len` bytes of the memfd
+    /// `fd` over the memory staged at `rx` (RX part r-x, the rest rw-).
+    pub fn map(&mut self, rx: u64, len: u64, fd: std::os::fd::RawFd) -> Result<u64> {
+        use std::os::fd::AsRawFd;
+        let m = Self::frame(Msg::Map, Out::default().u64(rx).u64(len));
+        crate::memfd::send_with_fd(self.sock.as_raw_fd(), &m, fd).map_err(|e| self.gone(e))?;
+        let b = self.reply()?;
+        In::new(&b).u64()
+    }
+
     pub fn protect(&mut self, rx: u64) -> Result<u64> {
         let b = self.call(Msg::Protect, Out::default().u64(rx))?;
         In::new(&b).u64()
@@ -229,6 +259,22 @@ impl Host {
 
     pub fn evict(&mut self, id: u32) -> Result<()> {
         self.call(Msg::Evict, Out::default().u32(id)).map(|_| ())
+    }
+
+    /// Unloads the module called `name` in one round trip, unless other
+    /// modules need it.
+    pub fn unload_name(&mut self, name: &str) -> Result<UnloadByName> {
+        let b = self.call(Msg::UnloadName, Out::default().str(name))?;
+        let mut r = In::new(&b);
+        Ok(match r.u32()? {
+            0 => UnloadByName::Unloaded { id: r.u32()?, ns: r.u64()? },
+            1 => UnloadByName::NotLoaded,
+            2 => {
+                let n = r.u32()?;
+                UnloadByName::NeededBy((0..n).map(|_| r.string()).collect::<Result<_>>()?)
+            }
+            x => bail!("the host sent an unknown UNLOAD_NAME status {x}"),
+        })
     }
 
     pub fn unload(&mut self, id: u32) -> Result<u64> {

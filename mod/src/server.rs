@@ -277,6 +277,9 @@ pub struct LoadOptions<'a> {
     pub dirs: Vec<PathBuf>,
     /// Swap: the loaded module the new one replaces.
     pub replace: Option<&'a str>,
+    /// Copy the images through the socket (WRITE) instead of passing the
+    /// host a memfd to map (MAP): the fallback path, for comparison.
+    pub copy: bool,
 }
 
 pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
@@ -373,7 +376,7 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
     }
 
     // 4-6. Allocation, link, load, module by module (dependencies first).
-    let mut staged: Vec<(Record, link::Image, Stages, u64, u64)> = Vec::new();
+    let mut staged: Vec<(Record, link::Symbols, Stages, u64, u64)> = Vec::new();
     let mut exports: HashMap<String, (u64, String)> = HashMap::new();
     for l in &loaded {
         if replacing.map_or(false, |r| r.id == l.id) {
@@ -388,6 +391,17 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
         let mut s = Stages { prelink: prelink_t[k], ..Default::default() };
         let t = Instant::now();
         let (rx, rw, _) = host.alloc(lay.rx_size, lay.rw_size)?;
+        // The host's RX part is rw - rx bytes; the memfd holds it and the
+        // RW part's data (the bss after it stays anonymous in the host).
+        let rx_part = (rw - rx) as usize;
+        let file_len = rx_part + if lay.rw_image_size() > 0 { page(lay.rw_image_size()) as usize } else { 0 };
+        let mut mem = None;
+        if !o.copy && file_len > 0 {
+            match crate::memfd::MemImage::new(&c.meta.name, file_len, file_len) {
+                Ok(m) => mem = Some(m),
+                Err(e) => log.push(format!("{}: no zero-copy load ({e:#}): copying through the socket", c.meta.name)),
+            }
+        }
         s.alloc = us(t);
         let t = Instant::now();
         let mut resolve = HashMap::new();
@@ -409,14 +423,47 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
                 resolve.insert(n.clone(), a);
             }
         }
-        let img = m.link(lay, rx, rw, &resolve).with_context(|| format!("{}", c.path.display()))?;
+        let linked = match &mut mem {
+            Some(mi) => {
+                let (rx_img, rw_img) = mi.split(rx_part);
+                m.link_into(lay, rx, rw, &resolve, rx_img, rw_img).map(|sy| (sy, None))
+            }
+            None => m.link(lay, rx, rw, &resolve).map(|img| (img.symbols, Some((img.rx, img.rw)))),
+        };
+        let (symbols, copy_img) = linked.with_context(|| format!("{}", c.path.display()))?;
         s.link = us(t);
+        // Load: the host maps the memfd over the staged memory, or (no
+        // memfd, or the host could not map it) the images go through the
+        // socket and the RX part is then made r-x.
         let t = Instant::now();
-        host.write(rx, &img.rx)?;
-        if !img.rw.is_empty() {
-            host.write(rw, &img.rw)?;
+        let mapped = match &mem {
+            Some(mi) => match host.map(rx, file_len as u64, mi.fd()) {
+                Ok(_) => true,
+                Err(e) => {
+                    log.push(format!("{}: the host could not map the image ({e:#}): copying through the socket", c.meta.name));
+                    false
+                }
+            },
+            None => false,
+        };
+        if !mapped {
+            let (rx_b, rw_b): (&[u8], &[u8]) = match (&mem, &copy_img) {
+                (Some(mi), _) => {
+                    let a = mi.as_slice();
+                    (&a[..lay.rx_size as usize], &a[rx_part..rx_part + lay.rw_image_size() as usize])
+                }
+                (None, Some((x, w))) => (x, w),
+                (None, None) => (&[], &[]),
+            };
+            if !rx_b.is_empty() {
+                host.write(rx, rx_b)?;
+            }
+            if !rw_b.is_empty() {
+                host.write(rw, rw_b)?;
+            }
+            host.protect(rx)?;
         }
-        host.protect(rx)?;
+        drop(mem);
         s.load = us(t);
         let mut deps: Vec<String> = symbol_deps.clone();
         for req in &c.meta.requires {
@@ -429,7 +476,7 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
             }
         }
         let mut exp = BTreeMap::new();
-        for (n, (a, global)) in &img.symbols {
+        for (n, (a, global)) in &symbols {
             if *global {
                 exp.insert(n.clone(), *a);
                 exports.insert(n.clone(), (*a, c.meta.name.clone()));
@@ -451,7 +498,7 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
             exports: exp,
             loaded_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         };
-        staged.push((rec, img, s, rx, rw));
+        staged.push((rec, symbols, s, rx, rw));
     }
 
     // 7. Registration, in dependency order; a failure unloads what this
@@ -459,11 +506,11 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
     let mut done: Vec<(u32, String)> = Vec::new();
     let mut reports = Vec::new();
     let n_mod = staged.len();
-    for (k, (rec, img, mut s, rx, rw)) in staged.into_iter().enumerate() {
+    for (k, (rec, symbols, mut s, rx, rw)) in staged.into_iter().enumerate() {
         let t = Instant::now();
         let c = &order[k];
         let sym = |n: &str| -> Result<u64> {
-            img.symbols.get(n).map(|(a, _)| *a).with_context(|| format!("{}: symbol {n} is not defined", rec.name))
+            symbols.get(n).map(|(a, _)| *a).with_context(|| format!("{}: symbol {n} is not defined", rec.name))
         };
         let init = c.meta.init.as_deref().map(sym).transpose()?.unwrap_or(0);
         let exit = c.meta.exit.as_deref().map(sym).transpose()?.unwrap_or(0);
@@ -477,6 +524,10 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
             for (j, s) in imp.symbols.iter().enumerate() {
                 body.str(names.get(j).map(|(n, _)| n.as_str()).unwrap_or(s)).u64(sym(s)?);
             }
+        }
+        body.str(&rec.name).u32(rec.deps.len() as u32);
+        for d in &rec.deps {
+            body.str(d);
         }
         let reply = host.call(Msg::Commit, &body);
         let b = match reply {
@@ -534,6 +585,20 @@ pub struct UnloadReport {
 
 pub fn unload(host: &mut Host, name: &str, cascade: bool) -> Result<UnloadReport> {
     let t_all = Instant::now();
+    // One module: the host checks that nothing needs it and unloads it, in
+    // one round trip. A cascade needs the whole picture (HELLO) first.
+    if !cascade {
+        return match host.unload_name(name)? {
+            crate::proto::UnloadByName::Unloaded { .. } => {
+                let t = us(t_all);
+                Ok(UnloadReport { unloaded: vec![(name.to_string(), t)], total_us: t })
+            }
+            crate::proto::UnloadByName::NotLoaded => bail!("no module named {name} is loaded (see bunkai mod list)"),
+            crate::proto::UnloadByName::NeededBy(users) => {
+                bail!("{name} is needed by {} (unload them first, or use --cascade)", users.join(", "))
+            }
+        };
+    }
     let st = host.hello()?;
     let loaded = loaded_modules(&st)?;
     if !loaded.iter().any(|l| l.rec.name == name) {
@@ -549,11 +614,6 @@ pub fn unload(host: &mut Host, name: &str, cascade: bool) -> Result<UnloadReport
             collect(&l.rec.name, loaded, order, seen);
         }
         order.push(name.to_string());
-    }
-    let users: Vec<&str> =
-        loaded.iter().filter(|l| l.rec.deps.iter().any(|d| d == name)).map(|l| l.rec.name.as_str()).collect();
-    if !users.is_empty() && !cascade {
-        bail!("{name} is needed by {} (unload them first, or use --cascade)", users.join(", "));
     }
     collect(name, &loaded, &mut order, &mut HashSet::new());
     let mut out = Vec::new();

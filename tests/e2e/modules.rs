@@ -488,3 +488,83 @@ fn info_calibrate_and_predict() {
     let want = slope * payload as f64 / 4096.0 + intercept;
     assert!((p["predicted_us"].as_f64().unwrap() - want).abs() < 1e-6 * want.abs().max(1.0), "{p}");
 }
+
+/// A FIFO policy with 300 KB of initialised data and 1 MB of bss, which its
+/// init checks (data in place, bss zero) and then writes to.
+const BIGFIFO: &str = r#"#include "sched.h"
+#define N (300 * 1024 / 4)
+#define Z (256 * 1024)
+static unsigned table[N] = {[0] = 1, [N / 2] = 3, [N - 1] = 4};
+static unsigned scratch[Z];
+static unsigned long calls;
+static int init(void) {
+  unsigned long s = 0;
+  for (int i = 0; i < N; i++)
+    s += table[i];
+  for (int i = 0; i < Z; i++)
+    if (scratch[i])
+      return 2;
+  if (s != 8)
+    return 3;
+  table[5] = 9;
+  scratch[Z - 1] = 1;
+  return 0;
+}
+static int pick(const struct job *ready, int n, long now, int current) {
+  (void)now;
+  calls++;
+  if (current >= 0)
+    return current;
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (ready[i].arrival < ready[best].arrival ||
+        (ready[i].arrival == ready[best].arrival && ready[i].id < ready[best].id))
+      best = i;
+  return best;
+}
+static long quantum(void) { return 1L << 40; }
+static const char *name(void) { return table[5] == 9 && scratch[Z - 1] == 1 && calls ? "bigfifo" : "broken"; }
+BUNKAI_MODULE("bigfifo", "1.0");
+BUNKAI_IMPLEMENTS(sched_policy, SCHED_POLICY, pick, quantum, name);
+BUNKAI_MODULE_INIT(init);
+"#;
+
+#[test]
+fn modules_are_mapped_from_a_memfd_and_the_copying_load_still_works() {
+    let s = sched_dir();
+    let d = tempfile::tempdir().unwrap();
+    let big = compile(BIGFIFO, "bigfifo", d.path(), &[]);
+    let h = Host::start(&["--pace-us", "2000"]);
+    let maps = || std::fs::read_to_string(format!("/proc/{}/maps", h.child.id())).unwrap();
+    let memfd_lines = |name: &str| -> Vec<String> {
+        maps().lines().filter(|l| l.ends_with(&format!("/memfd:bunkai-mod:{name} (deleted)"))).map(String::from).collect()
+    };
+
+    // Zero-copy: the code and data are the server's memfd, mapped private,
+    // code r-x and data rw-, never both; the data was where the linker put
+    // it, the bss (1 MB, anonymous) zero, and both writable.
+    bunkai_ok(&["mod", "load", "--socket", h.sock(), big.to_str().unwrap()]);
+    h.wait_round("bigfifo");
+    let ours = memfd_lines("bigfifo");
+    let perms: Vec<&str> = ours.iter().map(|l| l.split_whitespace().nth(1).unwrap()).collect();
+    assert!(perms.contains(&"r-xp") && perms.contains(&"rw-p"), "{ours:?}");
+    assert!(perms.iter().all(|p| *p == "r-xp" || *p == "rw-p"), "{ours:?}");
+    let used = h.used();
+    assert!(used >= 300 * 1024 + 1024 * 1024, "{used}");
+
+    // The copying path (--copy), through a swap: the new module is in
+    // anonymous memory, the old one's memfd mapping is gone.
+    bunkai_ok(&["mod", "swap", "--copy", "--socket", h.sock(), "bigfifo", s.join("fifo.o").to_str().unwrap()]);
+    h.wait_round("fifo");
+    assert!(memfd_lines("bigfifo").is_empty(), "{}", maps());
+    assert!(memfd_lines("fifo").is_empty(), "--copy used a memfd: {}", maps());
+
+    // And back, zero-copy again; unloading unmaps it and frees the memory.
+    bunkai_ok(&["mod", "swap", "--socket", h.sock(), "fifo", big.to_str().unwrap()]);
+    h.wait_round("bigfifo");
+    assert!(!memfd_lines("bigfifo").is_empty());
+    bunkai_ok(&["mod", "unload", "--socket", h.sock(), "bigfifo"]);
+    assert!(memfd_lines("bigfifo").is_empty(), "{}", maps());
+    assert_eq!(h.used(), 0);
+    h.wait_round("builtin");
+}
