@@ -4,9 +4,9 @@
 //! library crate. Errors print as one line, `bunkai <subcommand>: <what>
 //! (<fix>)`, and exit non-zero.
 
+mod flow;
 mod modbench;
 mod modcmd;
-mod planned;
 mod scatter;
 mod share;
 mod trace;
@@ -47,8 +47,8 @@ enum Cmd {
     Trace(trace::Args),
     /// Run one multithreaded process across several hosts
     Share(share::Args),
-    /// Follow data through threads and processes with aspects (planned)
-    Flow(planned::Args),
+    /// XenLASY: join points and sleds (flow cc), the join-point table (flow points)
+    Flow(flow::Args),
     /// DKM: check, link and load code modules into a running host; unload, swap, predict
     Mod(modcmd::Args),
 }
@@ -126,7 +126,7 @@ fn main() -> ExitCode {
         Cmd::Mod(a) => modcmd::run(a),
         Cmd::Trace(a) => trace::run(a),
         Cmd::Share(a) => share::run(a),
-        Cmd::Flow(a) => planned::run(a),
+        Cmd::Flow(a) => flow::run(a),
     };
     match result {
         Ok(code) => code,

@@ -273,8 +273,8 @@ fn cli_basics() {
     assert!(h.contains("--lib") && h.contains("CLANG_FLAGS"), "{h}");
     let (_, err) = bunkai_fails(&["stats", "/nonexistent-dir"]);
     assert!(err.starts_with("bunkai stats: ") && err.contains("manifest.json"), "{err}");
-    let (_, err) = bunkai_fails(&["flow"]);
-    assert!(err.contains("not built yet"), "{err}");
+    let (_, err) = bunkai_fails(&["flow", "points", "/nonexistent"]);
+    assert!(err.starts_with("bunkai flow: ") && err.trim_end().lines().count() == 1, "{err}");
     let (_, err) = bunkai_fails(&["trace", "report", "/nonexistent.bkt"]);
     assert!(err.starts_with("bunkai trace: ") && err.trim_end().lines().count() == 1, "{err}");
 }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# bunkai flow microbenchmark: seed 003's Table 1 (§5.1) for the flow-ID
+# runtime, with the paper's figures beside ours, baselines measured in the
+# same runs and the targets of issue 7, written to bench/results/flow-micro.md.
+#   bench/flow/run.sh [--quick] [--runs N]
+# Each run is a fresh process; a row's figure is the run whose mean is the
+# median of the runs (the machine is shared: single runs wander). About a
+# minute with the default 7 runs (--quick: 3 runs of 20 batches).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=7
+quick=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=(--quick); runs=3 ;;
+    --runs) runs="$2"; shift ;;
+    *) echo "bench/flow/run.sh: unknown option $1 (use --quick or --runs N)" >&2; exit 2 ;;
+  esac
+  shift
+done
+make native >/dev/null
+out=build/bench/flow
+mkdir -p "$out" bench/results
+cc=(clang-14 -O2 -g -Wall -Wextra -I flow/include bench/flow/micro.c)
+"${cc[@]}" -o "$out/micro-so" -Lbuild/lib/bunkai -lbunkai-flow -Wl,-rpath,"$PWD/build/lib/bunkai" -lpthread -lm
+"${cc[@]}" -o "$out/micro-a" build/lib/bunkai/libbunkai-flow.a -lpthread -lm
+
+# The runtime's files go to a directory of ours (tmpfs, like /dev/shm).
+tmp=$(mktemp -d /dev/shm/bunkai-flow-bench.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+export BUNKAI_FLOW_DIR="$tmp" BUNKAI_FLOW_IDS="$tmp/ids"
+for i in $(seq "$runs"); do
+  for v in so a; do
+    "$out/micro-$v" "${quick[@]}" > "$out/run.$v.$i.tsv"
+    BUNKAI_FLOW_POPULATE=1 "$out/micro-$v" "${quick[@]}" --store "bkf_store(3 values) populated" >> "$out/run.$v.$i.tsv"
+    rm -f "$tmp"/bunkai-flow.*.buf
+  done
+  echo "run $i/$runs done" >&2
+done
+python3 bench/flow/report.py --runs "$runs" --dir "$out" --out bench/results/flow-micro.md ${quick:+--quick}
+cat bench/results/flow-micro.md

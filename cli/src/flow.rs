@@ -1,0 +1,32 @@
+//! `bunkai flow`: XenLASY (seed 003). `cc` builds a program with the
+//! join-point pass; `points` lists the join points it carries.
+
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: FlowCmd,
+}
+
+#[derive(clap::Subcommand)]
+enum FlowCmd {
+    /// Compile and link with clang-14, recording join points and placing sleds (adds -g)
+    ///
+    /// Every argument goes to clang-14, --help and --version included (this
+    /// help is `bunkai help flow cc`). Pass options reach the pass with
+    /// -mllvm: -bunkai-flow-structs=a,b -bunkai-flow-functions=f,g
+    /// -bunkai-flow-files=x.c -bunkai-flow-kinds=load,store,addr,entry
+    /// -bunkai-flow-locals=false -bunkai-flow-max-operands=N -bunkai-flow-verbose.
+    #[command(disable_help_flag = true, disable_version_flag = true)]
+    Cc(bunkai_flow::cc::CcArgs),
+    /// List the join points of an executable or shared object (--json for tools)
+    Points(bunkai_flow::points::PointsArgs),
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    match a.cmd {
+        FlowCmd::Cc(c) => bunkai_flow::cc::run(&c),
+        FlowCmd::Points(p) => bunkai_flow::points::run(&p),
+    }
+}

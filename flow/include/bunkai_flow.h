@@ -1,0 +1,196 @@
+/* bunkai_flow.h: what the parts of `bunkai flow` (seed 003, XenLASY) agree
+ * on: the join-point table the LLVM pass leaves in a program, the flow-ID
+ * runtime's C API, and the record buffer STORE_DATA writes and `bunkai flow
+ * dump` reads. Version BKF_VERSION; any change to a layout below bumps it,
+ * and readers refuse other versions.
+ *
+ * Rules: plain C, fixed-width integers, little-endian, usable from C++ (the
+ * pass), from C (the runtime, generated advice) and mirrored in Rust.
+ *
+ * ---------------------------------------------------------------------------
+ * 1. Join points and sleds (written by the pass, flow/pass/)
+ *
+ * At every join point (an access to a struct member; a function entry) the
+ * pass inserts an inline-asm sled of BKF_SLED_SIZE bytes, 2-byte aligned.
+ * Unpatched it is one 11-byte nop that falls through (what assemblers pad
+ * with):
+ *
+ *     66 66 2e 0f 1f 84 00 00 00 00 00   data16 data16 cs nopw 0(%rax,%rax,1)
+ *
+ * and patched:
+ *
+ *     66 90                      xchg %ax,%ax
+ *     e8 rel32                   call trampoline      (offset 2..6)
+ *     0f 1f 40 00                nopl 0(%rax)         (offset 7..10)
+ *
+ * with, in between, the jump form (XRay's unpatched sled):
+ *
+ *     eb 09                      jmp .+11
+ *     (bytes 2..10 as patched)
+ *
+ * Patching: (1) store `eb 09` over bytes 0..1 with one aligned 2-byte store:
+ * a thread at the sled now runs the whole nop or the jump, both ending at
+ * 11, and no thread can be inside the sled (the nop has no instruction
+ * boundary inside); (2) membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
+ * so no core still holds the old decode; (3) write bytes 2..10; (4) sync
+ * again; (5) store `66 90` over bytes 0..1. The call returns to offset 7.
+ * Unpatching stores `eb 09` back and leaves bytes 2..10 alone (a thread may
+ * be between the `66 90` and the call, or inside the trampoline), so an
+ * unwoven sled is the jump form; patching it again with the same trampoline
+ * address is just (5). A trampoline at a fixed address per sled keeps bytes
+ * 2..10 the same forever.
+ *
+ * Why a nop and not XRay's jump: XRay has two sleds per function; struct
+ * member accesses are far denser, and a taken jump at each costs the front
+ * end dearly. SQLite's shell with a sled at each of its 65k join points,
+ * no operands, on an insert/index/query workload: +75% run time with the
+ * jump form, +15% with the nop. (A first draft also had a 7-byte nop at
+ * 2..8, whose displacement bytes `00 00` at 7..8 would have run as
+ * `add %al,(%rax)` after a call returned.)
+ *
+ * The sled's asm declares no clobbers (not even the flags: an unpatched sled
+ * costs the surrounding code nothing), so a trampoline preserves every
+ * register, %xmm0-15 and the flags, and aligns the stack itself (at a sled
+ * %rsp may be 8 mod 16). Functions with sleds are compiled without the red
+ * zone (the pass sets noredzone): the call's push at -8(%rsp) destroys
+ * nothing.
+ *
+ * Each sled leaves a record in the section BKF_SECTION ("aw" is not needed:
+ * the record holds only PC-relative offsets and text), 4-byte aligned:
+ *
+ *     i32  sled - &this field          (PC-relative: no dynamic relocation)
+ *     u32  BKF_JP_MAGIC
+ *     u16  kind                        (BKF_KIND_*)
+ *     u16  version                     (BKF_VERSION: tables outlive builds)
+ *     u32  text_len                    (bytes of text, with its NUL)
+ *     char text[text_len]              then padding to 4 bytes
+ *
+ * A record's index in the section is the join point's number (the `jp` of a
+ * buffer record). Sample (pass output, tabs shown as \t):
+ *     pkt\tlen\tpkt_clone\tpackets.c\t36\tload\t$base=%r14 skb=%r14 n=%rax
+ *     -\t-\tqueue_push\tpackets.c\t44\tentry\t$arg0=%rdi $arg1=%rsi q=%rdi p=%rsi
+ *
+ * text is tab-separated: kind-specific fields, then the operands:
+ *     access:  "struct\tmember\tfunction\tfile\tline\tload|store|addr\tOPERANDS"
+ *     entry:   "-\t-\tfunction\tfile\tline\tentry\tOPERANDS"
+ * OPERANDS is a space-separated list of name=location, where name is
+ * "$base" (the struct pointer of an access), "$arg0".."$argN" (function
+ * arguments at entry) or a C local variable or parameter visible at the join
+ * point, and location is what the compiler substituted into the asm template
+ * for that operand: a register ("%rdi"), a memory operand relative to %rsp or
+ * %rbp ("16(%rsp)", "-24(%rbp)"), or an immediate ("$5"). Locations are as of
+ * the sled's first byte; a trampoline called from the sled sees %rsp 8 lower.
+ * Registers are named at the value's width: "%rdi" 64 bits, "%edi" the low
+ * 32 bits of %rdi, "%r15d", "%si", "%sil"; a float or double is in "%xmmN".
+ * An operand named twice (a parameter that is also $base) is one location.
+ * $base is the address of the innermost struct instance accessed: for
+ * `o->in.x` the address of o->in, for `v[i].w` that of v[i]. The pass as
+ * built uses register and immediate operands only (LLVM 14 turns "rm" into
+ * a store to a fresh stack slot before every sled); a reader still accepts
+ * the memory forms.
+ *
+ * 2. The flow-ID runtime (flow/runtime/, libbunkai-flow.so, also linkable
+ *    into a module)
+ *
+ * IDs are 64-bit, 0 means "no flow". get_new_flowid never returns 0 and IDs
+ * are unique among the processes of one host that share the ID counter
+ * (BKF_IDS_PATH); a host tag in bits 48..63 keeps hosts apart (those bits are
+ * the first lost when a field packs fewer bits, as the paper accepts).
+ * Tables are keyed by the struct instance's address, one per flow name,
+ * thread-safe, growing without limit. get_flowid takes no lock and is
+ * async-signal-safe, as is bkf_store; register_flowid and remove_flowid
+ * take a per-table lock (not from a signal handler). A NULL table or key
+ * is ignored (get returns 0); registering ID 0 removes the key.
+ * Environment, read when the thing is first needed: BUNKAI_FLOW_IDS (the
+ * counter file instead of BKF_IDS_PATH), BUNKAI_FLOW_DIR (instead of
+ * BKF_BUF_DIR), BUNKAI_FLOW_BUF (buffer bytes, suffix K/M/G allowed,
+ * default 64M, 0: record nothing), BUNKAI_FLOW_POPULATE=1 (fault the whole
+ * buffer in when it is created, instead of a page fault per 4 KiB later).
+ *
+ * 3. The record buffer (per process: BKF_BUF_DIR/bunkai-flow.<pid>.buf)
+ *
+ *     struct bkf_buf_header (BKF_BUF_HEADER_SIZE bytes), then records back
+ *     to back (not a ring: a full buffer drops, it never overwrites):
+ *     u32 size (bytes of this record, multiple of 8), u16 nvals, u16 flags
+ *     u64 ns   (CLOCK_REALTIME at the advice, so hosts' buffers merge by time)
+ *     u64 pc   (the sled's address: $pc$)
+ *     u32 tid, u32 jp (join-point index in the module's table, or ~0)
+ *     u64 vals[nvals]
+ * A writer reserves space with one atomic add on `head`, stores the first
+ * word (size, nvals, flags 0), the rest, and last sets flags to BKF_REC_DONE
+ * (release). When the reservation does not fit it counts `dropped` instead
+ * (head then runs past capacity). A reader walks from offset 0 up to
+ * min(head, capacity): size 0 ends the walk (not written yet: the space of a
+ * reservation that did not fit, or a writer between its add and its first
+ * store), a record without BKF_REC_DONE is being written (or its writer died)
+ * and is skipped by its size. The header is valid once magic is set. */
+#ifndef BUNKAI_FLOW_H
+#define BUNKAI_FLOW_H
+
+#include <stdint.h>
+
+#define BKF_VERSION 1u
+#define BKF_SECTION "bunkai_flow_jp"
+#define BKF_JP_MAGIC 0x50464b42u /* "BKFP" */
+#define BKF_SLED_SIZE 11
+enum { BKF_KIND_ACCESS = 1, BKF_KIND_ENTRY = 2 };
+
+#define BKF_IDS_PATH "/dev/shm/bunkai-flow.ids"
+#define BKF_BUF_DIR "/dev/shm"
+#define BKF_BUF_MAGIC 0x46554246u /* "FBUF" */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint64_t bkf_id;
+struct bkf_table;
+
+/* The table of the flow called name (created on first use). */
+struct bkf_table *bkf_table(const char *name);
+bkf_id get_new_flowid(void);
+void register_flowid(struct bkf_table *t, const void *key, bkf_id id);
+bkf_id get_flowid(struct bkf_table *t, const void *key); /* 0: not in the flow */
+void remove_flowid(struct bkf_table *t, const void *key);
+/* Entries in a table (for tests and the memory experiment). */
+uint64_t bkf_table_size(struct bkf_table *t);
+
+#define BKF_REC_DONE 1u        /* flags: the record is complete */
+#define BKF_REC_HEADER 32u     /* bytes before vals[] */
+#define BKF_BUF_HEADER_SIZE 304u
+
+struct bkf_buf_header {
+  uint32_t magic, version;
+  uint32_t pid, host_tag;
+  uint64_t capacity;          /* bytes of the ring after this header */
+  volatile uint64_t head;     /* bytes reserved so far (monotonic) */
+  volatile uint64_t dropped;  /* records that did not fit */
+  uint64_t started_ns;        /* CLOCK_REALTIME at creation */
+  char host[64];              /* the host name (uname) */
+  char exe[192];              /* the program */
+};
+#ifdef __cplusplus
+static_assert(sizeof(struct bkf_buf_header) == BKF_BUF_HEADER_SIZE, "record area offset");
+#else
+_Static_assert(sizeof(struct bkf_buf_header) == BKF_BUF_HEADER_SIZE, "record area offset");
+#endif
+
+/* Appends a record; used by the STORE_DATA macros of generated advice. */
+void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Macros available in advice bodies (the paper's Figs. 2, 8). Generated
+ * advice declares bkf_pc__ (the sled's address, also what $pc$ becomes) and
+ * bkf_jp__ (the join point's index); other users declare them too. */
+#define DO_RDTSC(v) do { uint32_t lo__, hi__; __asm__ volatile("rdtsc" : "=a"(lo__), "=d"(hi__)); (v) = ((uint64_t)hi__ << 32) | lo__; } while (0)
+#define BKF_STORE_N(pc, ...) do { uint64_t v__[] = {__VA_ARGS__}; bkf_store((uint64_t)(pc), (uint32_t)(bkf_jp__), (int)(sizeof v__ / sizeof v__[0]), v__); } while (0)
+#define STORE_DATA1(a) BKF_STORE_N(bkf_pc__, (uint64_t)(a))
+#define STORE_DATA2(a, b) BKF_STORE_N(bkf_pc__, (uint64_t)(a), (uint64_t)(b))
+#define STORE_DATA3(a, b, c) BKF_STORE_N(bkf_pc__, (uint64_t)(a), (uint64_t)(b), (uint64_t)(c))
+#define STORE_DATA4(a, b, c, d) BKF_STORE_N(bkf_pc__, (uint64_t)(a), (uint64_t)(b), (uint64_t)(c), (uint64_t)(d))
+#define STORE_DATA5(a, b, c, d, e) BKF_STORE_N(bkf_pc__, (uint64_t)(a), (uint64_t)(b), (uint64_t)(c), (uint64_t)(d), (uint64_t)(e))
+
+#endif

@@ -1,0 +1,852 @@
+/* flow.c: the flow-ID runtime of `bunkai flow` (seed 003, XenLASY §4.1):
+ * get_new_flowid, the per-flow tables that map a struct instance's address
+ * to its flow ID (register_flowid / get_flowid / remove_flowid), and the
+ * per-process record buffer that STORE_DATA appends to (bkf_store). The
+ * contract is flow/include/bunkai_flow.h, sections 2 and 3.
+ *
+ * Rules for this file (it runs inside someone else's process: preloaded as
+ * libbunkai-flow.so, or linked from libbunkai-flow.a into an advice module
+ * that bunkai mod's linker loads, which refuses TLS and constructors):
+ *   - No libc calls. System calls are raw `syscall` instructions (libc's
+ *     wrappers may be intercepted, and may take locks); the only libc
+ *     references are weak data/addresses (environ, gnu_get_libc_version),
+ *     which are null when nothing defines them. CLOCK_REALTIME is read through
+ *     the vDSO, found by hand from /proc/self/auxv.
+ *   - No malloc: memory comes from mmap and is never returned to libc.
+ *   - No constructors, no TLS, no stack protector: everything is set up
+ *     lazily by the first call that needs it, and is race-free when several
+ *     threads make that first call at once.
+ *   - Exported symbols: the API of bunkai_flow.h and the __bunkai_ prefix;
+ *     everything else is static or hidden.
+ *   - get_flowid and bkf_store are async-signal-safe (no locks, no waiting).
+ *     bkf_table, register_flowid and remove_flowid take a per-table lock:
+ *     advice that runs in a signal handler must not call them.
+ *
+ * Tables (the scheme; why each piece is there):
+ *   A table is an open-addressing array of 16-byte slots {key, value}, linear
+ *   probing, Fibonacci hashing of the address (the top bits of key * 2^64/phi,
+ *   so aligned pointers spread well). Writers (register, remove) serialise on
+ *   one futex lock per table; get takes no lock and writes nothing.
+ *   - A key, once written into a slot, stays in that slot for the life of
+ *     that array: remove only stores 0 in the value (a "dead" slot keeps its
+ *     key), and registering the key again reuses its slot. So a reader that
+ *     finds the key finds it where it will stay, and the value is one atomic
+ *     64-bit word: no torn {key, value} pair, no ABA on reused slots. A new
+ *     key is published value first, then key (release); readers load the key
+ *     with acquire.
+ *   - Dead slots are cleaned up by rebuilding: when live + dead slots exceed
+ *     3/4 of the array, the writer copies the live entries into a fresh array
+ *     sized so that they fill at most half of it (growing, staying or
+ *     shrinking), then publishes it in t->cur (release). When a large array
+ *     (>= 64Ki slots) falls below 1/64 live on remove, it shrinks the same
+ *     way. Rebuilding costs O(capacity) once per >= capacity/4 insertions.
+ *   - Old arrays are never unmapped (a reader may still be walking one), so
+ *     readers never touch freed memory. They are retired into a per-table
+ *     pool, one list per size, and reused by later rebuilds of that size;
+ *     a size never has more than two arrays (the current one and one spare),
+ *     so memory stays below 4x the largest array (spares of 1 MiB and more
+ *     are given back to the kernel with MADV_DONTNEED; they read as zeros).
+ *   - Each array has a generation word, a seqlock of its incarnations: even
+ *     while the array is published, odd while it is retired or being filled.
+ *     get reads the generation, probes, then (acquire fence) reads it again
+ *     and retries if it changed or was odd. A reader that loaded an array
+ *     just before it was replaced reads it frozen as it was when it was
+ *     replaced (writers only write the current array): that is still a state
+ *     the table had during the call. A reader whose array was retired, zeroed
+ *     or refilled meanwhile sees the generation move and starts again from
+ *     t->cur. An array's capacity never changes (pools are per size), so the
+ *     probe's mask is always right for the memory it walks, and the probe is
+ *     bounded by the capacity whatever the slots hold.
+ *   - Fresh tables point at a static empty array, so get on an empty table is
+ *     one probe of a zero slot.
+ *
+ * Flow IDs: bits 0..47 come from a counter in the shared file BKF_IDS_PATH
+ * (one `lock xadd`; every process of the host that maps it shares it, and
+ * a fork child inherits the mapping); bits 48..63 are a 16-bit hash of the
+ * host name. The counter starts at 1, so an ID is never 0. If the file cannot
+ * be used, the counter lives in an anonymous shared page (shared with fork
+ * children) starting at pid << 24, so unrelated processes seldom collide.
+ *
+ * Record buffer: the first bkf_store of a process creates
+ * BKF_BUF_DIR/bunkai-flow.<pid>.buf (sparse, BUNKAI_FLOW_BUF bytes, default
+ * 64 MiB), fills the header and maps it MAP_SHARED. A store reserves its bytes
+ * with one atomic add on head, writes the record and marks it complete last
+ * (flags = BKF_REC_DONE, release); when the reservation does not fit it adds
+ * one to dropped instead. A thread that stores while another creates the
+ * buffer waits for it (a millisecond at most), except a signal handler that
+ * interrupted the creating thread itself: waiting would never end, so that
+ * record is dropped, and counted in `dropped` once the buffer exists.
+ *
+ * Fork: per-process state lives in one page marked MADV_WIPEONFORK, which a
+ * fork child sees as zeros. A child therefore finds no buffer and creates its
+ * own, and unmaps the parent's; it never writes into the parent's file. The
+ * check is the load of a pointer the fast path loads anyway. Writers check
+ * the same page: the first writer of a child process resets every table lock
+ * (a parent thread may have held one at fork; that thread does not exist in
+ * the child) before any other child thread may take one. Tables themselves
+ * are inherited: the child has the same objects at the same addresses.
+ * (Without MADV_WIPEONFORK, before Linux 4.14, the pid is compared with a
+ * getpid system call instead: correct, slower.)
+ *
+ * Thread ids in records: glibc keeps the kernel tid in its thread descriptor
+ * at %fs:0x2d0 (glibc 2.26 and later on x86-64); the runtime uses it when the
+ * process runs glibc and the value agrees with gettid() once, and a gettid
+ * system call per record otherwise.
+ *
+ * Environment (read when the thing is created): BUNKAI_FLOW_BUF (buffer
+ * size: bytes, or with K, M, G: 0 disables recording), BUNKAI_FLOW_POPULATE=1
+ * (fault the whole buffer in at creation), BUNKAI_FLOW_DIR (instead of
+ * BKF_BUF_DIR), BUNKAI_FLOW_IDS (instead of BKF_IDS_PATH).
+ */
+#define _GNU_SOURCE
+#include <elf.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include "bunkai_flow.h"
+
+#define API __attribute__((visibility("default")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define NOINLINE __attribute__((noinline))
+#define COLD __attribute__((noinline, cold))
+
+#define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define ST_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define CAS(p, o, n) __atomic_compare_exchange_n((p), (o), (n), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+
+#define PAGE 4096ul
+#define GOLDEN 0x9e3779b97f4a7c15ull
+#define LOW48 ((1ull << 48) - 1)
+#define MAX_VALS 1024 /* values per record; more are cut (the record says how many it holds) */
+#define DEFAULT_BUF (64ull << 20)
+
+/* ------------------------------------------------------------------ */
+/* Raw system calls                                                    */
+
+static inline long sc6(long n, long a, long b, long c, long d, long e, long f) {
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  register long r9 __asm__("r9") = f;
+  long ret;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                   : "rcx", "r11", "memory");
+  return ret;
+}
+#define sc0(n) sc6(n, 0, 0, 0, 0, 0, 0)
+#define sc1(n, a) sc6(n, (long)(a), 0, 0, 0, 0, 0)
+#define sc2(n, a, b) sc6(n, (long)(a), (long)(b), 0, 0, 0, 0)
+#define sc3(n, a, b, c) sc6(n, (long)(a), (long)(b), (long)(c), 0, 0, 0)
+#define sc4(n, a, b, c, d) sc6(n, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
+
+static void *map_anon(uint64_t len, int flags) {
+  long r = sc6(SYS_mmap, 0, (long)len, PROT_READ | PROT_WRITE, flags | MAP_ANONYMOUS, -1, 0);
+  return r < 0 && r > -4096 ? 0 : (void *)r;
+}
+static int getpid_raw(void) { return (int)sc0(SYS_getpid); }
+static int gettid_raw(void) { return (int)sc0(SYS_gettid); }
+static void yield_raw(void) { sc0(SYS_sched_yield); }
+static inline void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
+
+/* ------------------------------------------------------------------ */
+/* Strings and the environment                                         */
+
+static uint64_t slen(const char *s) {
+  uint64_t n = 0;
+  while (s[n]) n++;
+  return n;
+}
+static int sequal(const char *a, const char *b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+/* Copies at most cap-1 bytes and terminates; returns the length copied. */
+static uint64_t scopy(char *d, uint64_t cap, const char *s) {
+  uint64_t n = 0;
+  while (s[n] && n + 1 < cap) {
+    ((volatile char *)d)[n] = s[n]; /* volatile: no memcpy call from the compiler */
+    n++;
+  }
+  d[n] = 0;
+  return n;
+}
+static char *put_u64(char *p, uint64_t v) {
+  char b[24];
+  int n = 0;
+  do b[n++] = (char)('0' + v % 10), v /= 10; while (v);
+  while (n) *p++ = b[--n];
+  return p;
+}
+static uint32_t fnv1a(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+  return h;
+}
+
+extern char **environ __attribute__((weak));
+
+static const char *env(const char *name) {
+  char **e = &environ ? environ : 0;
+  if (!e) return 0;
+  uint64_t n = slen(name);
+  for (; *e; e++) {
+    const char *s = *e;
+    uint64_t i = 0;
+    while (i < n && s[i] == name[i]) i++;
+    if (i == n && s[n] == '=') return s + n + 1;
+  }
+  return 0;
+}
+
+/* "65536", "64K", "64M", "1G" (binary units, optional "iB"/"B"); -1 if bad. */
+static int64_t parse_size(const char *s) {
+  uint64_t v = 0;
+  int digits = 0;
+  for (; *s >= '0' && *s <= '9'; s++, digits++) {
+    if (v > (1ull << 50)) return -1;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  if (!digits) return -1;
+  int sh = 0;
+  if (*s == 'K' || *s == 'k') sh = 10, s++;
+  else if (*s == 'M' || *s == 'm') sh = 20, s++;
+  else if (*s == 'G' || *s == 'g') sh = 30, s++;
+  if (sh && *s == 'i') s++;
+  if (*s == 'B') s++;
+  if (*s || v > (1ull << 40) >> sh) return -1;
+  return (int64_t)(v << sh);
+}
+
+/* ------------------------------------------------------------------ */
+/* The lock of a table's writers: a futex mutex (0 free, 1 held, 2 held
+ * with waiters), spinning a little first because writers hold it for tens
+ * of nanoseconds except while rebuilding.                              */
+
+static inline void lock(int *l) {
+  int z = 0;
+  if (likely(CAS(l, &z, 1))) return;
+  for (int i = 0; i < 200; i++) {
+    cpu_relax();
+    z = 0;
+    if (LD(l) == 0 && CAS(l, &z, 1)) return;
+  }
+  while (__atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE) != 0)
+    sc4(SYS_futex, l, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 2, 0);
+}
+static inline void unlock(int *l) {
+  if (unlikely(__atomic_exchange_n(l, 0, __ATOMIC_RELEASE) == 2))
+    sc3(SYS_futex, l, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Global state (this copy of the runtime's bss)                       */
+
+struct slot {
+  uint64_t key, val; /* key 0: never used; val 0: not in the flow (dead) */
+};
+
+struct arr {
+  uint64_t gen;     /* even: published; odd: retired or being filled */
+  uint64_t shift;   /* 64 - log2(capacity); 64-bit so that get loads all of
+                       %rcx, not %cl alone: a byte load merges with the old
+                       %rcx and would wait for whatever the caller left there
+                       (a cache miss of the previous call, on AMD) */
+  uint64_t mask;    /* capacity - 1: fixed for the life of the mapping */
+  uint64_t maplen;  /* bytes mapped (0: the static empty array) */
+  struct arr *next; /* pool link (writers only) */
+  uint32_t log2;
+  uint32_t pad[5];  /* slots start on their own cache line */
+  struct slot s[];
+};
+_Static_assert(offsetof(struct arr, s) == 64, "slots start at a cache line");
+
+struct bkf_table {
+  /* Read by every get and every bkf_table lookup. */
+  struct arr *cur;
+  struct bkf_table *next; /* registry list, immutable once published */
+  uint32_t namehash;
+  char pad0[44];
+  /* Writers only (under lock). */
+  int lock;
+  uint32_t pad1;
+  uint64_t live, used, maxused, rebuilds, mapped;
+  char pad2[16];
+  struct arr *pool[64]; /* retired arrays by log2(capacity) */
+  char name[];
+};
+_Static_assert(offsetof(struct bkf_table, lock) == 64, "writers' line apart from readers'");
+
+/* The per-process page (MADV_WIPEONFORK: zero again in a fork child). */
+struct proc {
+  uint32_t state;                 /* 0 not set up in this process, 1 being set up, 2 ready */
+  uint32_t pid;
+  uint32_t buf_state;             /* 0 none, 1 being created, 2 ready, 3 failed or disabled */
+  uint32_t tid_fast;              /* glibc's tid at %fs:0x2d0 is usable */
+  uint32_t setup_owner, buf_owner; /* the threads doing those (kernel tids) */
+  struct bkf_buf_header *buf;     /* set when ready (the fast path's pointer) */
+  struct bkf_buf_header *buf_any; /* the same, also without wipe-on-fork */
+  uint64_t early_drops;           /* stores while the buffer was being created */
+};
+
+typedef int (*clock_fn)(clockid_t, struct timespec *);
+
+static struct {
+  struct bkf_table *tables; /* registry: a list, pushed at the head under reg_lock */
+  int reg_lock;
+  int nowipe;               /* MADV_WIPEONFORK failed: compare pids instead */
+  struct proc *proc;
+  uint64_t *ids;            /* the counter (file or fallback page) */
+  uint64_t tag;             /* host tag << 48, set before ids is published */
+  int ids_mode;             /* 1 shared file, 2 process-local fallback */
+  uint32_t setup_pid;       /* the last process that set up (not wiped: tells a fork child) */
+  clock_fn vclock;          /* the vDSO's clock_gettime, or 0 */
+  int vclock_state;         /* 0 not looked up, 1 looking, 2 done */
+  struct bkf_buf_header *last_buf; /* the mapping the last process created (a child unmaps it) */
+  uint64_t last_len;
+} G;
+
+static struct arr empty_arr = {.gen = 2, .shift = 63, .log2 = 0, .mask = 0, .s = {{0, 0}}};
+
+/* ------------------------------------------------------------------ */
+/* Host name, host tag, program name                                  */
+
+struct utsname_raw {
+  char sysname[65], nodename[65], release[65], version[65], machine[65], domain[65];
+};
+
+static void host_name(char *out, uint64_t cap) {
+  struct utsname_raw u;
+  out[0] = 0;
+  if (sc1(SYS_uname, &u) == 0) scopy(out, cap, u.nodename);
+}
+
+static uint32_t host_tag16(void) {
+  char h[65];
+  host_name(h, sizeof h);
+  uint32_t x = fnv1a(h);
+  return (x ^ (x >> 16)) & 0xffff;
+}
+
+/* ------------------------------------------------------------------ */
+/* The vDSO's clock_gettime (found in the ELF image the kernel maps; its
+ * address comes from AT_SYSINFO_EHDR in /proc/self/auxv).               */
+
+static clock_fn vdso_lookup(void) {
+  uint64_t auxv[2 * 16], base = 0; /* small: this may run on a signal stack */
+  int fd = (int)sc3(SYS_open, "/proc/self/auxv", O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  for (;;) {
+    long n = sc3(SYS_read, fd, auxv, sizeof auxv); /* /proc gives whole entries */
+    if (n <= 0) break;
+    for (long i = 0; i + 1 < n / 8; i += 2)
+      if (auxv[i] == AT_SYSINFO_EHDR) base = auxv[i + 1];
+  }
+  sc1(SYS_close, fd);
+  if (!base) return 0;
+  const Elf64_Ehdr *eh = (const Elf64_Ehdr *)base;
+  if (eh->e_ident[0] != 0x7f || eh->e_ident[1] != 'E' || eh->e_ident[4] != ELFCLASS64) return 0;
+  const Elf64_Phdr *ph = (const Elf64_Phdr *)(base + eh->e_phoff);
+  uint64_t load = 0, dyn = 0;
+  int have_load = 0;
+  for (int i = 0; i < eh->e_phnum; i++) {
+    if (ph[i].p_type == PT_LOAD && !have_load) load = base + ph[i].p_offset - ph[i].p_vaddr, have_load = 1;
+    if (ph[i].p_type == PT_DYNAMIC) dyn = base + ph[i].p_offset;
+  }
+  if (!have_load || !dyn) return 0;
+  const Elf64_Sym *sym = 0;
+  const char *str = 0;
+  const uint32_t *hash = 0;
+  for (const Elf64_Dyn *d = (const Elf64_Dyn *)dyn; d->d_tag != DT_NULL; d++) {
+    if (d->d_tag == DT_SYMTAB) sym = (const Elf64_Sym *)(load + d->d_un.d_ptr);
+    if (d->d_tag == DT_STRTAB) str = (const char *)(load + d->d_un.d_ptr);
+    if (d->d_tag == DT_HASH) hash = (const uint32_t *)(load + d->d_un.d_ptr);
+  }
+  if (!sym || !str || !hash) return 0;
+  for (uint32_t i = 0; i < hash[1]; i++) /* nchain = number of symbols */
+    if (sym[i].st_shndx != SHN_UNDEF && ELF64_ST_TYPE(sym[i].st_info) == STT_FUNC &&
+        sequal(str + sym[i].st_name, "__vdso_clock_gettime"))
+      return (clock_fn)(load + sym[i].st_value);
+  return 0;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_fn f = LD_ACQ(&G.vclock);
+  if (unlikely(!f)) {
+    int s = LD_ACQ(&G.vclock_state), z = 0;
+    if (s == 0 && CAS(&G.vclock_state, &z, 1)) {
+      f = vdso_lookup();
+      ST_REL(&G.vclock, f);
+      ST_REL(&G.vclock_state, 2);
+    }
+  }
+  if (!f || f(CLOCK_REALTIME, &ts) != 0) sc2(SYS_clock_gettime, CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------ */
+/* The per-process page and fork                                      */
+
+extern const char *gnu_get_libc_version(void) __attribute__((weak));
+
+static inline uint32_t glibc_tid(void) {
+  uint32_t t;
+  __asm__ volatile("movl %%fs:0x2d0, %0" : "=r"(t));
+  return t;
+}
+
+static struct proc *proc_page(void) {
+  struct proc *p = LD_ACQ(&G.proc);
+  if (p) return p;
+  p = map_anon(PAGE, MAP_PRIVATE);
+  if (!p) return 0;
+  if (sc3(SYS_madvise, p, PAGE, MADV_WIPEONFORK) != 0) ST(&G.nowipe, 1);
+  struct proc *z = 0;
+  if (!CAS(&G.proc, &z, p)) {
+    sc2(SYS_munmap, p, PAGE);
+    p = z;
+  }
+  return p;
+}
+
+/* Waits while *state is 1, i.e. another thread does some one-time work,
+ * unless that thread is this one (a signal handler interrupted it: the
+ * wait would never end); 0 then. The owner is written just after the state;
+ * an impatient caller (bkf_store) does not wait for it either. */
+static int wait_other(uint32_t *state, uint32_t *owner, int patient) {
+  uint32_t me = 0;
+  while (LD_ACQ(state) == 1) {
+    uint32_t o = LD_ACQ(owner);
+    if (!me) me = (uint32_t)gettid_raw();
+    if (o == me || (o == 0 && !patient)) return 0;
+    yield_raw();
+  }
+  return 1;
+}
+
+/* Sets this process up once (and again in every fork child); waits for
+ * another thread doing it. 0 when out of memory or when the set-up is this
+ * thread's own, interrupted (or, not patient, about to start). */
+static COLD struct proc *proc_setup(int patient) {
+  struct proc *p = proc_page();
+  if (!p) return 0;
+  for (;;) {
+    uint32_t s = LD_ACQ(&p->state);
+    if (s == 2) {
+      if (!LD(&G.nowipe) || p->pid == (uint32_t)getpid_raw()) return p;
+      /* No wipe-on-fork: a child sees its parent's page; start it over. */
+      uint32_t two = 2;
+      if (CAS(&p->state, &two, 0)) {
+        ST(&p->buf, 0);
+        ST(&p->buf_any, 0);
+        ST(&p->buf_state, 0);
+        ST(&p->setup_owner, 0);
+        ST(&p->buf_owner, 0);
+        ST(&p->early_drops, 0);
+      }
+      continue;
+    }
+    uint32_t zero = 0;
+    if (s == 0 && CAS(&p->state, &zero, 1)) break;
+    if (s == 1 && !wait_other(&p->state, &p->setup_owner, patient)) return 0;
+  }
+  ST_REL(&p->setup_owner, (uint32_t)gettid_raw());
+  uint32_t pid = (uint32_t)getpid_raw();
+  uint32_t before = LD(&G.setup_pid);
+  if (before && before != pid) {
+    /* A fork child: the threads that held these locks in the parent do not
+     * exist here. No thread of this process takes one before state is 2. */
+    ST(&G.reg_lock, 0);
+    for (struct bkf_table *t = LD_ACQ(&G.tables); t; t = t->next) ST(&t->lock, 0);
+  }
+  ST(&G.setup_pid, pid);
+  p->pid = pid;
+  p->tid_fast = &gnu_get_libc_version != 0 && glibc_tid() == (uint32_t)gettid_raw();
+  ST_REL(&p->state, 2);
+  return p;
+}
+
+/* Writers call this first: cheap when this process is set up. */
+static inline void proc_enter(void) {
+  struct proc *p = LD_ACQ(&G.proc);
+  if (likely(p && LD_ACQ(&p->state) == 2 && !LD(&G.nowipe))) return;
+  proc_setup(1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Flow IDs                                                            */
+
+static COLD uint64_t *ids_init(void) {
+  uint64_t *c = LD_ACQ(&G.ids);
+  if (c) return c;
+  uint64_t tag = (uint64_t)host_tag16() << 48;
+  const char *path = env("BUNKAI_FLOW_IDS");
+  if (!path || !*path) path = BKF_IDS_PATH;
+  int mode = 1;
+  int fd = (int)sc3(SYS_open, path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (fd >= 0) {
+    sc2(SYS_fchmod, fd, 0666); /* other users' processes share it too; fails unless ours */
+    struct { uint64_t dev, ino, nlink; uint32_t mode, uid, gid, pad; uint64_t rdev; int64_t size; uint64_t rest[12]; } st;
+    if (sc2(SYS_fstat, fd, &st) == 0 && st.size < (int64_t)PAGE) sc2(SYS_ftruncate, fd, PAGE);
+    long r = sc6(SYS_mmap, 0, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    sc1(SYS_close, fd);
+    c = r < 0 && r > -4096 ? 0 : (uint64_t *)r;
+  }
+  if (!c) {
+    /* Process-local: shared with fork children, apart from other processes
+     * by the pid in bits 24..47. */
+    mode = 2;
+    c = map_anon(PAGE, MAP_SHARED);
+    if (!c) {
+      static uint64_t last_resort;
+      c = &last_resort, mode = 3;
+    }
+    if (!LD(c)) ST(c, ((uint64_t)getpid_raw() & 0x7fffff) << 24);
+  }
+  ST(&G.tag, tag);
+  ST(&G.ids_mode, mode < 3 ? mode : 2);
+  uint64_t *z = 0;
+  if (!CAS(&G.ids, &z, c)) { /* another thread was first */
+    if (mode < 3) sc2(SYS_munmap, c, PAGE);
+    c = z;
+  }
+  return c;
+}
+
+API bkf_id get_new_flowid(void) {
+  uint64_t *c = LD_ACQ(&G.ids);
+  if (unlikely(!c)) c = ids_init();
+  uint64_t n;
+  do n = (ADD(c, 1) + 1) & LOW48; /* 0 only after 2^48 IDs: skip it */
+  while (unlikely(n == 0));
+  return LD(&G.tag) | n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Tables                                                              */
+
+static inline uint64_t hash_of(uint64_t k) { return k * GOLDEN; }
+
+API bkf_id get_flowid(struct bkf_table *t, const void *key) {
+  uint64_t k = (uint64_t)(uintptr_t)key;
+  if (unlikely(!t || !k)) return 0;
+  uint64_t h = hash_of(k);
+  for (;;) {
+    struct arr *a = LD_ACQ(&t->cur);
+    uint64_t g = LD_ACQ(&a->gen);
+    uint64_t m = a->mask, i = (h >> LD(&a->shift)) & m, v = 0; /* LD: a full 8-byte load (see struct arr) */
+    for (uint64_t n = 0; n <= m; n++) { /* bounded: a stale array may hold anything */
+      uint64_t kk = LD_ACQ(&a->s[i].key);
+      if (kk == k) {
+        v = LD(&a->s[i].val);
+        break;
+      }
+      if (kk == 0) break;
+      i = (i + 1) & m;
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (likely(LD(&a->gen) == g && !(g & 1))) return v;
+    cpu_relax();
+  }
+}
+
+static struct arr *arr_new(struct bkf_table *t, uint32_t log2) {
+  uint64_t cap = 1ull << log2;
+  uint64_t len = (64 + cap * sizeof(struct slot) + PAGE - 1) & ~(PAGE - 1);
+  struct arr *a = map_anon(len, MAP_PRIVATE);
+  if (!a) return 0;
+  if (len >= (2ull << 20)) sc3(SYS_madvise, a, len, MADV_HUGEPAGE); /* fewer TLB misses at millions of entries */
+  a->gen = 1; /* odd until filled */
+  a->log2 = log2;
+  a->shift = 64 - log2;
+  a->mask = cap - 1;
+  a->maplen = len;
+  t->mapped += len;
+  return a;
+}
+
+/* Retires a replaced array: readers still on it see its generation move;
+ * its slots are zeroed for the next incarnation and it joins the pool. */
+static void arr_retire(struct bkf_table *t, struct arr *a) {
+  ST(&a->gen, a->gen + 1); /* odd */
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  uint64_t cap = a->mask + 1;
+  uint64_t bytes = cap * sizeof(struct slot);
+  uint64_t from = 0, to = cap; /* slots zeroed by hand */
+  if (bytes >= (1ull << 20)) {
+    /* Give whole pages back (they read as zeros); the first page holds
+     * the header and stays. */
+    uint64_t len = a->maplen - PAGE;
+    if (sc3(SYS_madvise, (char *)a + PAGE, len, MADV_DONTNEED) == 0) to = (PAGE - 64) / sizeof(struct slot);
+  }
+  for (uint64_t i = from; i < to; i++) {
+    ST(&a->s[i].key, 0);
+    ST(&a->s[i].val, 0);
+  }
+  a->next = t->pool[a->log2];
+  t->pool[a->log2] = a;
+}
+
+/* Replaces t->cur by an array holding its live entries, sized so that
+ * need entries fill at most half of it. Returns 0 when out of memory. */
+static NOINLINE int rebuild(struct bkf_table *t, uint64_t need) {
+  uint32_t log2 = 4;
+  while ((1ull << log2) < 2 * need) log2++;
+  struct arr *old = t->cur, *n = t->pool[log2];
+  if (n) t->pool[log2] = n->next;
+  else if (!(n = arr_new(t, log2))) return 0;
+  uint64_t m = n->mask, live = 0;
+  for (uint64_t j = 0; j <= old->mask; j++) {
+    uint64_t k = old->s[j].key, v = old->s[j].val;
+    if (!k || !v) continue;
+    uint64_t i = (hash_of(k) >> n->shift) & m;
+    while (n->s[i].key) i = (i + 1) & m;
+    ST(&n->s[i].val, v);
+    ST(&n->s[i].key, k);
+    live++;
+  }
+  ST_REL(&n->gen, n->gen + 1); /* even: filled */
+  ST_REL(&t->cur, n);
+  ST(&t->live, live);
+  t->used = live;
+  t->maxused = (m + 1) / 4 * 3;
+  t->rebuilds++;
+  if (old != &empty_arr) arr_retire(t, old);
+  return 1;
+}
+
+static void remove_key(struct bkf_table *t, uint64_t k);
+
+API void register_flowid(struct bkf_table *t, const void *key, bkf_id id) {
+  uint64_t k = (uint64_t)(uintptr_t)key;
+  if (unlikely(!t || !k)) return;
+  if (unlikely(!id)) { /* registering "no flow" is leaving the flow */
+    remove_key(t, k);
+    return;
+  }
+  proc_enter();
+  lock(&t->lock);
+  uint64_t h = hash_of(k);
+  struct arr *a = t->cur;
+  uint64_t m = a->mask, i = (h >> LD(&a->shift)) & m;
+  for (;;) {
+    uint64_t kk = a->s[i].key;
+    if (kk == k) {
+      if (!a->s[i].val) ST(&t->live, t->live + 1); /* ST: bkf_table_size reads it without the lock */
+      ST(&a->s[i].val, id);
+      break;
+    }
+    if (kk == 0) {
+      if (unlikely(t->used >= t->maxused)) {
+        if (!rebuild(t, t->live + 1)) break; /* out of memory: not registered */
+        a = t->cur;
+        m = a->mask;
+        i = (h >> LD(&a->shift)) & m;
+        continue;
+      }
+      ST(&a->s[i].val, id);
+      ST_REL(&a->s[i].key, k);
+      t->used++;
+      ST(&t->live, t->live + 1);
+      break;
+    }
+    i = (i + 1) & m;
+  }
+  unlock(&t->lock);
+}
+
+API void remove_flowid(struct bkf_table *t, const void *key) {
+  uint64_t k = (uint64_t)(uintptr_t)key;
+  if (unlikely(!t || !k)) return;
+  remove_key(t, k);
+}
+
+static void remove_key(struct bkf_table *t, uint64_t k) {
+  proc_enter();
+  lock(&t->lock);
+  struct arr *a = t->cur;
+  uint64_t m = a->mask, i = (hash_of(k) >> LD(&a->shift)) & m;
+  for (;;) {
+    uint64_t kk = a->s[i].key;
+    if (kk == k) {
+      if (a->s[i].val) {
+        ST(&a->s[i].val, 0);
+        ST(&t->live, t->live - 1);
+        if (unlikely(m >= 65535 && t->live * 64 < m)) rebuild(t, t->live); /* give memory back */
+      }
+      break;
+    }
+    if (kk == 0) break;
+    i = (i + 1) & m;
+  }
+  unlock(&t->lock);
+}
+
+API uint64_t bkf_table_size(struct bkf_table *t) { return t ? LD(&t->live) : 0; }
+
+API struct bkf_table *bkf_table(const char *name) {
+  if (!name) return 0;
+  uint32_t h = fnv1a(name);
+  for (struct bkf_table *t = LD_ACQ(&G.tables); t; t = t->next)
+    if (t->namehash == h && sequal(t->name, name)) return t;
+  proc_enter();
+  lock(&G.reg_lock);
+  struct bkf_table *t;
+  for (t = LD_ACQ(&G.tables); t; t = t->next)
+    if (t->namehash == h && sequal(t->name, name)) break;
+  if (!t) {
+    uint64_t len = slen(name);
+    uint64_t sz = (sizeof(struct bkf_table) + len + 1 + PAGE - 1) & ~(PAGE - 1);
+    if ((t = map_anon(sz, MAP_PRIVATE))) {
+      t->cur = &empty_arr;
+      t->namehash = h;
+      scopy(t->name, len + 1, name);
+      t->next = G.tables;
+      ST_REL(&G.tables, t);
+    }
+  }
+  unlock(&G.reg_lock);
+  return t;
+}
+
+/* For tests and the memory experiment: 0 live entries, 1 used slots (live
+ * and dead), 2 capacity, 3 rebuilds, 4 bytes mapped for arrays, 5 the lock
+ * word (0 free). Racy. */
+API uint64_t __bunkai_flow_table_stat(struct bkf_table *t, int what) {
+  if (!t) return 0;
+  switch (what) {
+  case 0: return LD(&t->live);
+  case 1: return LD(&t->used);
+  case 2: return LD_ACQ(&t->cur)->mask + 1;
+  case 3: return LD(&t->rebuilds);
+  case 4: return LD(&t->mapped);
+  case 5: return (uint64_t)LD(&t->lock);
+  }
+  return 0;
+}
+
+/* 0 no ID yet, 1 IDs from the shared counter file, 2 process-local. */
+API int __bunkai_flow_ids_mode(void) { return LD(&G.ids_mode); }
+
+/* ------------------------------------------------------------------ */
+/* The record buffer                                                   */
+
+static COLD struct bkf_buf_header *buf_create(struct proc *p) {
+  uint64_t size = DEFAULT_BUF;
+  const char *s = env("BUNKAI_FLOW_BUF");
+  if (s && *s) {
+    int64_t v = parse_size(s);
+    if (v >= 0) size = (uint64_t)v;
+  }
+  if (size == 0) return 0;
+  size = (size + PAGE - 1) & ~(PAGE - 1);
+  if (size < 2 * PAGE) size = 2 * PAGE;
+
+  char path[512], *q = path; /* small: this may run on a signal stack */
+  const char *dir = env("BUNKAI_FLOW_DIR");
+  if (!dir || !*dir) dir = BKF_BUF_DIR;
+  if (slen(dir) > sizeof path - 64) return 0;
+  q += scopy(q, sizeof path - 64, dir);
+  q += scopy(q, 64, "/bunkai-flow.");
+  q = put_u64(q, p->pid);
+  scopy(q, 8, ".buf");
+
+  int fd = (int)sc3(SYS_open, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return 0;
+  long r = -1;
+  /* Sparse: pages are allocated as records reach them. Each first touch is
+   * a page fault (about 2.5 us per 4 KiB on a KVM guest, 30-40 ns per typical
+   * record); BUNKAI_FLOW_POPULATE=1 pays them all here instead, and the
+   * whole size in memory. */
+  const char *pop = env("BUNKAI_FLOW_POPULATE");
+  int populate = pop && pop[0] == '1' ? MAP_POPULATE : 0;
+  if (sc2(SYS_ftruncate, fd, size) == 0)
+    r = sc6(SYS_mmap, 0, (long)size, PROT_READ | PROT_WRITE, MAP_SHARED | populate, fd, 0);
+  sc1(SYS_close, fd);
+  if (r < 0 && r > -4096) return 0;
+  struct bkf_buf_header *h = (struct bkf_buf_header *)r;
+  h->version = BKF_VERSION;
+  h->pid = p->pid;
+  h->host_tag = host_tag16();
+  h->capacity = size - sizeof *h;
+  h->started_ns = now_ns();
+  host_name(h->host, sizeof h->host);
+  long n = sc3(SYS_readlink, "/proc/self/exe", h->exe, sizeof h->exe - 1);
+  h->exe[n > 0 ? n : 0] = 0;
+  ST_REL(&h->magic, BKF_BUF_MAGIC); /* a reader trusts the header once it sees the magic */
+  return h;
+}
+
+static COLD struct bkf_buf_header *buf_slow(void) {
+  struct proc *p = proc_setup(0);
+  if (!p) {
+    if ((p = LD_ACQ(&G.proc)) && LD_ACQ(&p->state) != 2) ADD(&p->early_drops, 1);
+    return 0;
+  }
+  struct bkf_buf_header *h;
+  for (;;) {
+    if ((h = LD_ACQ(&p->buf_any))) return h;
+    uint32_t s = LD_ACQ(&p->buf_state), z = 0;
+    if (s == 3) return 0;
+    if (s == 1 && !wait_other(&p->buf_state, &p->buf_owner, 0)) {
+      ADD(&p->early_drops, 1);
+      return 0;
+    }
+    if (s == 0 && CAS(&p->buf_state, &z, 1)) break;
+  }
+  ST_REL(&p->buf_owner, (uint32_t)gettid_raw());
+  /* A fork child still maps its parent's buffer: let it go. */
+  struct bkf_buf_header *old = G.last_buf;
+  if (old && old->pid != p->pid) {
+    sc2(SYS_munmap, old, G.last_len);
+    G.last_buf = 0;
+  }
+  h = buf_create(p);
+  if (!h) {
+    ST_REL(&p->buf_state, 3);
+    return 0;
+  }
+  G.last_buf = h;
+  G.last_len = h->capacity + sizeof *h;
+  ST_REL(&p->buf_any, h);
+  if (!LD(&G.nowipe)) ST_REL(&p->buf, h); /* else every store checks the pid */
+  ST_REL(&p->buf_state, 2);
+  uint64_t early = __atomic_exchange_n(&p->early_drops, 0, __ATOMIC_ACQ_REL);
+  if (early) ADD(&h->dropped, early);
+  return h;
+}
+
+API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
+  struct proc *p = LD_ACQ(&G.proc);
+  struct bkf_buf_header *h;
+  if (unlikely(!p || !(h = LD_ACQ(&p->buf)))) {
+    if (!(h = buf_slow())) return;
+    p = LD(&G.proc);
+  }
+  if (unlikely(n < 0 || !vals)) n = 0;
+  if (unlikely(n > MAX_VALS)) n = MAX_VALS;
+  uint64_t size = 32 + 8 * (uint64_t)n;
+  uint64_t off = ADD(&h->head, size);
+  if (unlikely(off + size > h->capacity)) {
+    ADD(&h->dropped, 1);
+    return;
+  }
+  char *r = (char *)(h + 1) + off;
+  ST((uint64_t *)r, size | (uint64_t)n << 32); /* size, nvals, flags 0: a reader can skip it */
+  ((uint64_t *)r)[1] = now_ns();
+  ((uint64_t *)r)[2] = pc;
+  uint32_t tid = likely(p->tid_fast) ? glibc_tid() : (uint32_t)gettid_raw();
+  ((uint64_t *)r)[3] = tid | (uint64_t)jp << 32;
+  for (int i = 0; i < n; i++) ((volatile uint64_t *)r)[4 + i] = vals[i];
+  ST_REL((uint16_t *)(r + 6), (uint16_t)BKF_REC_DONE);
+}

@@ -1,0 +1,962 @@
+/* test_flow.c: unit tests of the flow-ID runtime (flow.c), built once
+ * against libbunkai-flow.so and once against libbunkai-flow.a, and run by
+ * tests/e2e/flow_runtime.rs.
+ *
+ *   test_flow [NAME...]      run all tests, or the named ones
+ *
+ * Each passing test prints "ok NAME (...)"; the first failing check prints
+ * "FAIL file:line: check: details" and exits 1. Files go to BUNKAI_FLOW_DIR
+ * and the ID counter to BUNKAI_FLOW_IDS; when they are not set, the test
+ * makes a directory under /tmp and removes it at the end. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bunkai_flow.h"
+
+/* Test hooks exported by the runtime (the __bunkai_ prefix). */
+uint64_t __bunkai_flow_table_stat(struct bkf_table *t, int what);
+int __bunkai_flow_ids_mode(void);
+enum { ST_LIVE, ST_USED, ST_CAP, ST_REBUILDS, ST_MAPPED, ST_LOCK };
+
+static char dir[512];
+static int own_dir;
+
+static void fail(const char *file, int line, const char *what, const char *fmt, ...) {
+  char b[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b, sizeof b, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "FAIL %s:%d: %s: %s\n", file, line, what, b);
+  if (own_dir) fprintf(stderr, "(files kept in %s)\n", dir);
+  fflush(stderr);
+  _exit(1);
+}
+#define CHECK(c, ...) do { if (!(c)) fail(__FILE__, __LINE__, #c, __VA_ARGS__); } while (0)
+
+static uint64_t now_ns(clockid_t c) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static uint64_t ms_since(uint64_t t0) { return (now_ns(CLOCK_MONOTONIC) - t0) / 1000000; }
+static int gettid_(void) { return (int)syscall(SYS_gettid); }
+
+static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
+  uint64_t x = *s;
+  x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+  *s = x;
+  return x * 0x2545f4914f6cdd1dull;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+/* Index of the first duplicate in v (sorted in place), or -1. */
+static long first_dup(uint64_t *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_u64);
+  for (size_t i = 1; i < n; i++)
+    if (v[i] == v[i - 1]) return (long)i;
+  return -1;
+}
+
+static uint16_t expected_tag(void) {
+  struct utsname u;
+  uname(&u);
+  uint32_t h = 2166136261u;
+  for (const char *s = u.nodename; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+  return (uint16_t)((h ^ (h >> 16)) & 0xffff);
+}
+
+static void buf_path(char *out, size_t cap, int pid) { snprintf(out, cap, "%s/bunkai-flow.%d.buf", dir, pid); }
+
+/* ------------------------------------------------------------------ */
+/* Reading a record buffer back (what `bunkai flow dump` will do)      */
+
+struct rec {
+  uint32_t size, nvals, flags, tid, jp;
+  uint64_t ns, pc;
+  const uint64_t *vals;
+};
+
+struct bufview {
+  void *map;
+  size_t len;
+  const struct bkf_buf_header *h;
+  const char *data;
+  uint64_t end; /* min(head, capacity) */
+};
+
+static int buf_open(struct bufview *v, int pid) {
+  char p[600];
+  buf_path(p, sizeof p, pid);
+  int fd = open(p, O_RDONLY);
+  if (fd < 0) return 0;
+  struct stat st;
+  fstat(fd, &st);
+  v->len = (size_t)st.st_size;
+  v->map = mmap(0, v->len, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  CHECK(v->map != MAP_FAILED, "mmap %s", p);
+  v->h = v->map;
+  v->data = (const char *)v->map + BKF_BUF_HEADER_SIZE;
+  v->end = v->h->head < v->h->capacity ? v->h->head : v->h->capacity;
+  return 1;
+}
+static void buf_close(struct bufview *v) { munmap(v->map, v->len); }
+/* After more stores into a live buffer. */
+static void buf_refresh(struct bufview *v) { v->end = v->h->head < v->h->capacity ? v->h->head : v->h->capacity; }
+
+/* Next record at *off; 0 at the end. Checks the framing. */
+static int buf_next(struct bufview *v, uint64_t *off, struct rec *r) {
+  if (*off + BKF_REC_HEADER > v->end) return 0;
+  const char *p = v->data + *off;
+  uint32_t size = *(const uint32_t *)p;
+  if (!size) return 0;
+  CHECK(size % 8 == 0 && size >= BKF_REC_HEADER && *off + size <= v->end, "record at %llu: size %u", (unsigned long long)*off, size);
+  r->size = size;
+  r->nvals = *(const uint16_t *)(p + 4);
+  r->flags = *(const uint16_t *)(p + 6);
+  r->ns = *(const uint64_t *)(p + 8);
+  r->pc = *(const uint64_t *)(p + 16);
+  r->tid = *(const uint32_t *)(p + 24);
+  r->jp = *(const uint32_t *)(p + 28);
+  r->vals = (const uint64_t *)(p + 32);
+  CHECK(size == BKF_REC_HEADER + 8 * r->nvals, "record at %llu: size %u for %u values", (unsigned long long)*off, size, r->nvals);
+  *off += size;
+  return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* IDs                                                                 */
+
+struct ids_arg {
+  uint64_t *out;
+  size_t n;
+};
+static void *ids_thread(void *p) {
+  struct ids_arg *a = p;
+  for (size_t i = 0; i < a->n; i++) a->out[i] = get_new_flowid();
+  return 0;
+}
+
+static void test_ids_threads(char *note) {
+  enum { T = 4, N = 50000 };
+  uint64_t *all = malloc(sizeof(uint64_t) * T * N);
+  pthread_t th[T];
+  struct ids_arg a[T];
+  for (int i = 0; i < T; i++) {
+    a[i] = (struct ids_arg){all + (size_t)i * N, N};
+    pthread_create(&th[i], 0, ids_thread, &a[i]);
+  }
+  for (int i = 0; i < T; i++) pthread_join(th[i], 0);
+  CHECK(__bunkai_flow_ids_mode() == 1, "IDs do not come from the counter file (mode %d)", __bunkai_flow_ids_mode());
+  uint16_t tag = expected_tag();
+  for (size_t i = 0; i < (size_t)T * N; i++) {
+    CHECK(all[i] != 0, "ID 0 at %zu", i);
+    CHECK(all[i] >> 48 == tag, "host tag %llx, expected %x", (unsigned long long)(all[i] >> 48), tag);
+  }
+  long d = first_dup(all, (size_t)T * N);
+  CHECK(d < 0, "ID %llx given twice", (unsigned long long)all[d]);
+  sprintf(note, "%d threads x %d IDs, host tag %04x", T, N, tag);
+  free(all);
+}
+
+/* Child of test_ids_processes: N IDs into FILE. */
+static int ids_child(const char *file, long n) {
+  uint64_t *v = malloc(sizeof(uint64_t) * (size_t)n);
+  for (long i = 0; i < n; i++) v[i] = get_new_flowid();
+  FILE *f = fopen(file, "wb");
+  if (!f || fwrite(v, sizeof *v, (size_t)n, f) != (size_t)n || fclose(f)) return 2;
+  return __bunkai_flow_ids_mode() == 1 ? 0 : 3;
+}
+
+static pid_t spawn_self(char *const argv[], char *const extra_env[]) {
+  pid_t p = fork();
+  if (p == 0) {
+    for (int i = 0; extra_env && extra_env[i]; i++) putenv(extra_env[i]);
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  return p;
+}
+static int wait_ok(pid_t p) {
+  int st;
+  if (waitpid(p, &st, 0) != p) return 0;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+static void wait_check(pid_t p, const char *who) {
+  int st;
+  CHECK(waitpid(p, &st, 0) == p, "waitpid %s", who);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s %d", who, WIFEXITED(st) ? "exit status" : "killed by signal",
+        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+}
+
+static void test_ids_processes(char *note) {
+  enum { N = 200000 };
+  char f1[600], f2[600], n[16];
+  snprintf(f1, sizeof f1, "%s/ids.1", dir);
+  snprintf(f2, sizeof f2, "%s/ids.2", dir);
+  snprintf(n, sizeof n, "%d", N);
+  /* Two separately exec'd processes map the counter file on their own,
+   * while this one takes IDs too. */
+  char *a1[] = {"test_flow", "--ids-child", f1, n, 0}, *a2[] = {"test_flow", "--ids-child", f2, n, 0};
+  pid_t p1 = spawn_self(a1, 0), p2 = spawn_self(a2, 0);
+  uint64_t *all = malloc(sizeof(uint64_t) * 3 * N);
+  for (int i = 0; i < N; i++) all[2 * N + i] = get_new_flowid();
+  wait_check(p1, "ID child 1");
+  wait_check(p2, "ID child 2");
+  FILE *a = fopen(f1, "rb"), *b = fopen(f2, "rb");
+  CHECK(a && b, "children's ID files");
+  CHECK(fread(all, 8, N, a) == N && fread(all + N, 8, N, b) == N, "short ID file");
+  fclose(a), fclose(b);
+  unlink(f1), unlink(f2);
+  for (int i = 0; i < 3 * N; i++) CHECK(all[i] != 0, "ID 0");
+  long d = first_dup(all, 3 * N);
+  CHECK(d < 0, "ID %llx given to two processes", (unsigned long long)all[d]);
+  struct stat st;
+  CHECK(stat(getenv("BUNKAI_FLOW_IDS"), &st) == 0 && st.st_size == 4096, "counter file");
+  sprintf(note, "3 processes x %d IDs", N);
+  free(all);
+}
+
+/* Child of test_ids_fallback: the counter file cannot be made. */
+static int fallback_child(void) {
+  enum { N = 20000 };
+  static uint64_t v[2 * N];
+  int fd[2];
+  if (pipe(fd)) return 2;
+  uint64_t first = get_new_flowid();
+  if (__bunkai_flow_ids_mode() != 2) return 3;
+  pid_t p = fork(); /* a fork child shares the process-local counter */
+  if (p == 0) {
+    for (int i = 0; i < N; i++) v[i] = get_new_flowid();
+    _exit(write(fd[1], v, sizeof(uint64_t) * N) == (ssize_t)(sizeof(uint64_t) * N) ? 0 : 1);
+  }
+  for (int i = 0; i < N; i++) v[N + i] = get_new_flowid();
+  size_t got = 0;
+  while (got < sizeof(uint64_t) * N) {
+    ssize_t r = read(fd[0], (char *)v + got, sizeof(uint64_t) * N - got);
+    if (r <= 0) return 4;
+    got += (size_t)r;
+  }
+  if (!wait_ok(p)) return 5;
+  for (int i = 0; i < 2 * N; i++)
+    if (!v[i] || v[i] == first) return 6;
+  if (first_dup(v, 2 * N) >= 0) return 7;
+  return 0;
+}
+
+static void test_ids_fallback(char *note) {
+  char *a[] = {"test_flow", "--fallback-child", 0};
+  char *e[] = {"BUNKAI_FLOW_IDS=/proc/nonexistent/bunkai-flow.ids", 0};
+  wait_check(spawn_self(a, e), "fallback child (IDs unique across a fork with no counter file)");
+  sprintf(note, "process-local counter shared with a fork child");
+}
+
+/* ------------------------------------------------------------------ */
+/* Tables: semantics                                                   */
+
+static void test_table_basics(char *note) {
+  struct bkf_table *a = bkf_table("basics.a"), *b = bkf_table("basics.b");
+  CHECK(a && b && a != b, "two tables");
+  CHECK(bkf_table("basics.a") == a, "same name, same table");
+  char name[64];
+  strcpy(name, "basics.a");
+  CHECK(bkf_table(name) == a, "same name in another string");
+  CHECK(bkf_table(0) == 0, "NULL name");
+  static char longname[5000];
+  memset(longname, 'x', sizeof longname - 1);
+  struct bkf_table *l = bkf_table(longname);
+  CHECK(l && l != a && bkf_table(longname) == l, "long name");
+
+  int obj[8];
+  CHECK(get_flowid(a, &obj[0]) == 0, "empty table");
+  CHECK(bkf_table_size(a) == 0, "empty size");
+  register_flowid(a, &obj[0], 42);
+  CHECK(get_flowid(a, &obj[0]) == 42, "registered");
+  CHECK(get_flowid(b, &obj[0]) == 0, "tables are apart");
+  CHECK(get_flowid(a, &obj[1]) == 0, "another address");
+  register_flowid(a, &obj[0], 43);
+  CHECK(get_flowid(a, &obj[0]) == 43 && bkf_table_size(a) == 1, "registered again: new ID, one entry");
+  register_flowid(a, &obj[1], 43);
+  CHECK(bkf_table_size(a) == 2, "two keys, one ID");
+  remove_flowid(a, &obj[0]);
+  CHECK(get_flowid(a, &obj[0]) == 0 && get_flowid(a, &obj[1]) == 43 && bkf_table_size(a) == 1, "removed one");
+  remove_flowid(a, &obj[0]);
+  remove_flowid(a, &obj[5]);
+  CHECK(bkf_table_size(a) == 1, "removing an absent key changes nothing");
+  register_flowid(a, &obj[0], 44);
+  CHECK(get_flowid(a, &obj[0]) == 44 && bkf_table_size(a) == 2, "back after removal");
+  register_flowid(a, &obj[0], 0);
+  CHECK(get_flowid(a, &obj[0]) == 0 && bkf_table_size(a) == 1, "registering ID 0 removes");
+  /* NULL table or key: ignored. */
+  register_flowid(0, &obj[0], 1);
+  remove_flowid(0, &obj[0]);
+  CHECK(get_flowid(0, &obj[0]) == 0 && bkf_table_size(0) == 0, "NULL table");
+  register_flowid(a, 0, 7);
+  CHECK(get_flowid(a, 0) == 0 && bkf_table_size(a) == 1, "NULL key");
+  /* Any 64-bit ID, and addresses that differ by one byte. */
+  char bytes[4];
+  for (int i = 0; i < 4; i++) register_flowid(b, &bytes[i], ~0ull - (uint64_t)i);
+  for (int i = 0; i < 4; i++) CHECK(get_flowid(b, &bytes[i]) == ~0ull - (uint64_t)i, "byte address %d", i);
+  sprintf(note, "%d tables", 3);
+}
+
+/* The paper's Figs. 5-8 (start, transit move/copy, xin_move/xout_move,
+ * quit, an xflow-guarded advice), as generated advice will do them. */
+static void test_paper_patterns(char *note) {
+  struct bkf_table *netflow = bkf_table("netflow");
+  struct sk_buff { char data[64]; } skb, n, n2, back;
+  struct netif_tx_request { uint16_t flags, size; } tx = {0, 0};
+
+  /* start (Fig. 5): a new flow for the allocated skb. */
+  bkf_id id = get_new_flowid();
+  register_flowid(netflow, &skb, id);
+  CHECK(get_flowid(netflow, &skb) == id, "start");
+
+  /* transit with copy: skb_clone, both keep the flow. */
+  bkf_id i2 = get_flowid(netflow, &skb);
+  if (i2 != 0) register_flowid(netflow, &n2, i2);
+  CHECK(get_flowid(netflow, &skb) == id && get_flowid(netflow, &n2) == id, "copy keeps both");
+
+  /* transit with move (Fig. 6): the flow goes from skb to n. */
+  bkf_id i3 = get_flowid(netflow, &skb);
+  if (i3 != 0) {
+    register_flowid(netflow, &n, i3);
+    remove_flowid(netflow, &skb);
+  }
+  CHECK(get_flowid(netflow, &skb) == 0 && get_flowid(netflow, &n) == id, "move");
+
+  /* transit from an object not in the flow: nothing happens. */
+  struct sk_buff stranger;
+  bkf_id i4 = get_flowid(netflow, &stranger);
+  if (i4 != 0) register_flowid(netflow, &skb, i4);
+  CHECK(get_flowid(netflow, &skb) == 0, "transit outside the flow");
+
+  /* xin_move (Fig. 7): 12 bits of the ID into tx.flags bits 4..15. */
+  bkf_id i5 = get_flowid(netflow, &n);
+  tx.flags |= (uint16_t)((i5 & 0xfff) << 4);
+  remove_flowid(netflow, &n);
+  CHECK(get_flowid(netflow, &n) == 0, "xin_move leaves the table");
+  /* xout_move on the other side: back from the header field. The high
+   * bits (host tag included) are lost, as the paper accepts. */
+  bkf_id i6 = (tx.flags >> 4) & 0xfff;
+  if (i6) register_flowid(netflow, &back, i6);
+  CHECK(get_flowid(netflow, &back) == (id & 0xfff), "xout_move: %llx", (unsigned long long)get_flowid(netflow, &back));
+
+  /* An xflow-guarded advice (Fig. 8) runs only for objects in the flow. */
+  int ran = 0;
+  struct sk_buff *candidates[] = {&back, &stranger, &n2, &skb};
+  for (int i = 0; i < 4; i++)
+    if (get_flowid(netflow, candidates[i]) != 0) ran++;
+  CHECK(ran == 2, "xflow selects %d objects, expected 2", ran);
+
+  /* quit: the flow ends. */
+  remove_flowid(netflow, &back);
+  remove_flowid(netflow, &n2);
+  CHECK(bkf_table_size(netflow) == 0, "quit empties the table");
+  sprintf(note, "start, copy, move, xin/xout_move, xflow, quit");
+}
+
+/* ------------------------------------------------------------------ */
+/* Tables: growth, shrinking, memory                                    */
+
+static void test_table_growth(char *note) {
+  enum { N = 1000000 };
+  struct bkf_table *t = bkf_table("growth");
+  const uintptr_t base = 0x7f0000000000ull;
+#define K(i) ((const void *)(base + 48 * (uintptr_t)(i)))
+  for (int i = 0; i < N; i++) register_flowid(t, K(i), (uint64_t)i + 1);
+  CHECK(bkf_table_size(t) == N, "size %llu", (unsigned long long)bkf_table_size(t));
+  uint64_t cap = __bunkai_flow_table_stat(t, ST_CAP);
+  CHECK(cap >= 2 * (uint64_t)N && cap <= 4 * (uint64_t)N, "capacity %llu for %d", (unsigned long long)cap, N);
+  for (int i = 0; i < N; i++) CHECK(get_flowid(t, K(i)) == (uint64_t)i + 1, "key %d", i);
+  CHECK(get_flowid(t, K(N)) == 0 && get_flowid(t, (const void *)(base + 1)) == 0, "absent keys");
+  for (int i = 1; i < N; i += 2) remove_flowid(t, K(i));
+  CHECK(bkf_table_size(t) == N / 2, "after removing half");
+  for (int i = 0; i < N; i++) CHECK(get_flowid(t, K(i)) == (i % 2 ? 0 : (uint64_t)i + 1), "key %d after removals", i);
+  for (int i = 1; i < N; i += 2) register_flowid(t, K(i), (uint64_t)i + 7);
+  for (int i = 0; i < N; i++) CHECK(get_flowid(t, K(i)) == (uint64_t)i + (i % 2 ? 7 : 1), "key %d re-registered", i);
+  uint64_t peak = __bunkai_flow_table_stat(t, ST_MAPPED);
+  for (int i = 0; i < N; i++) remove_flowid(t, K(i));
+  CHECK(bkf_table_size(t) == 0, "emptied");
+  uint64_t small = __bunkai_flow_table_stat(t, ST_CAP);
+  CHECK(small <= 65536, "an emptied table shrinks (capacity %llu)", (unsigned long long)small);
+  for (int i = 0; i < N; i += 1000) CHECK(get_flowid(t, K(i)) == 0, "key %d after emptying", i);
+  /* Never more than twice the arrays a size needs: below 4x the largest. */
+  uint64_t largest = 64 + cap * 16;
+  uint64_t mapped = __bunkai_flow_table_stat(t, ST_MAPPED);
+  CHECK(mapped <= 4 * largest + (1u << 20), "arrays mapped: %llu bytes, largest array %llu", (unsigned long long)mapped,
+        (unsigned long long)largest);
+  sprintf(note, "%d entries, capacity %llu, %llu rebuilds, %.0f MiB mapped at most", N, (unsigned long long)cap,
+          (unsigned long long)__bunkai_flow_table_stat(t, ST_REBUILDS), (double)(peak > mapped ? peak : mapped) / (1 << 20));
+#undef K
+}
+
+/* New addresses all the time, few alive: dead slots are cleaned up and
+ * the table stays small. */
+static void test_table_churn(char *note) {
+  struct bkf_table *t = bkf_table("churn");
+  const uintptr_t base = 0x560000000000ull;
+  enum { LIVE = 1000, ROUNDS = 300000 };
+  for (uint64_t i = 0; i < ROUNDS; i++) {
+    register_flowid(t, (const void *)(base + 64 * i), i + 1);
+    if (i >= LIVE) remove_flowid(t, (const void *)(base + 64 * (i - LIVE)));
+  }
+  CHECK(bkf_table_size(t) == LIVE, "size %llu", (unsigned long long)bkf_table_size(t));
+  for (uint64_t i = 0; i < ROUNDS; i++)
+    CHECK(get_flowid(t, (const void *)(base + 64 * i)) == (i >= ROUNDS - LIVE ? i + 1 : 0), "key %llu", (unsigned long long)i);
+  uint64_t cap = __bunkai_flow_table_stat(t, ST_CAP);
+  CHECK(cap <= 4096, "capacity %llu for %d live", (unsigned long long)cap, LIVE);
+  CHECK(__bunkai_flow_table_stat(t, ST_MAPPED) <= 4 * (64 + 16 * 4096) + 65536, "mapped %llu",
+        (unsigned long long)__bunkai_flow_table_stat(t, ST_MAPPED));
+  sprintf(note, "%d keys through %d live, capacity %llu, %llu rebuilds", ROUNDS, LIVE, (unsigned long long)cap,
+          (unsigned long long)__bunkai_flow_table_stat(t, ST_REBUILDS));
+}
+
+/* ------------------------------------------------------------------ */
+/* Tables: concurrent readers and writers through rebuilds             */
+
+enum { SW = 2, SR = 2, SKEYS = 20000, SSTABLE = 1000 };
+static struct bkf_table *st_t;
+static volatile int st_stop;
+static uint64_t st_mailbox[SW];
+static uint64_t st_reads[SR], st_writes[SW];
+static uint64_t *st_shadow[SW];
+
+static uint64_t st_cycle[SW]; /* each writer's keys are new in every cycle */
+static uintptr_t st_key_c(int w, uint64_t c, int j) {
+  return 0x100000000000ull * (uintptr_t)(w + 1) + 64 * ((uintptr_t)c * SKEYS + (uintptr_t)j);
+}
+static uintptr_t st_key(int w, int j) { return st_key_c(w, __atomic_load_n(&st_cycle[w], __ATOMIC_RELAXED), j); }
+static uintptr_t st_stable_key(int j) { return 0x500000000000ull + 80 * (uintptr_t)j; }
+static uintptr_t st_mail_key(int w) { return 0x600000000000ull + 64 * (uintptr_t)w; }
+static uint64_t st_hi(uintptr_t k) { return ((uint64_t)k * 0x9e3779b97f4a7c15ull) & 0xffffffff00000000ull; }
+static uint64_t st_val(uintptr_t k, uint64_t ver) { return st_hi(k) | (ver & 0xffffffff); }
+
+static void *st_writer(void *p) {
+  int w = (int)(intptr_t)p;
+  uint64_t s = 0x1234567 + (uint64_t)w, ver = 0, ops = 0;
+  uint64_t *sh = st_shadow[w];
+  while (!st_stop) {
+    /* fill (grows), churn (dead slots, same-size rebuilds), drain (shrinks) */
+    for (int j = 0; j < SKEYS; j++) {
+      sh[j] = st_val(st_key(w, j), ++ver);
+      register_flowid(st_t, (void *)st_key(w, j), sh[j]);
+    }
+    for (int i = 0; i < 4 * SKEYS && !st_stop; i++) {
+      int j = (int)(rng_next(&s) % SKEYS);
+      if (rng_next(&s) % 3 == 0) {
+        remove_flowid(st_t, (void *)st_key(w, j));
+        sh[j] = 0;
+      } else {
+        sh[j] = st_val(st_key(w, j), ++ver);
+        register_flowid(st_t, (void *)st_key(w, j), sh[j]);
+      }
+      if (i % 64 == 0) {
+        uint64_t v = ++ver;
+        register_flowid(st_t, (void *)st_mail_key(w), st_val(st_mail_key(w), v));
+        __atomic_store_n(&st_mailbox[w], v, __ATOMIC_RELEASE);
+      }
+    }
+    if (st_stop) break;
+    for (int j = 0; j < SKEYS; j++) {
+      remove_flowid(st_t, (void *)st_key(w, j));
+      sh[j] = 0;
+    }
+    ops += 6 * SKEYS;
+    __atomic_store_n(&st_cycle[w], st_cycle[w] + 1, __ATOMIC_RELAXED);
+  }
+  st_writes[w] = ops;
+  return 0;
+}
+
+static void *st_reader(void *p) {
+  int r = (int)(intptr_t)p;
+  uint64_t s = 0x9876 + (uint64_t)r, n = 0;
+  while (!st_stop) {
+    for (int i = 0; i < 256; i++, n += 4) {
+      int w = (int)(rng_next(&s) % SW), j = (int)(rng_next(&s) % SKEYS);
+      uint64_t c = __atomic_load_n(&st_cycle[w], __ATOMIC_RELAXED);
+      uintptr_t k = st_key_c(w, c - (c && rng_next(&s) % 4 == 0), j); /* sometimes the last cycle's */
+      uint64_t v1 = get_flowid(st_t, (void *)k), v2 = get_flowid(st_t, (void *)k);
+      CHECK(!v1 || (v1 & 0xffffffff00000000ull) == st_hi(k), "key %lx read %llx: another key's value", (unsigned long)k,
+            (unsigned long long)v1);
+      CHECK(!v2 || (v2 & 0xffffffff00000000ull) == st_hi(k), "key %lx read %llx: another key's value", (unsigned long)k,
+            (unsigned long long)v2);
+      CHECK(!v1 || !v2 || (uint32_t)v2 >= (uint32_t)v1, "key %lx went back from version %u to %u", (unsigned long)k,
+            (unsigned)v1, (unsigned)v2);
+      int sj = (int)(rng_next(&s) % SSTABLE);
+      uintptr_t sk = st_stable_key(sj);
+      uint64_t sv = get_flowid(st_t, (void *)sk);
+      CHECK(sv == st_val(sk, (uint64_t)sj + 1), "stable key %d read %llx", sj, (unsigned long long)sv);
+      uint64_t m = __atomic_load_n(&st_mailbox[w], __ATOMIC_ACQUIRE);
+      uint64_t mv = get_flowid(st_t, (void *)st_mail_key(w));
+      CHECK(m == 0 || (mv && (uint32_t)mv >= (uint32_t)m), "writer %d published version %llu, read %llx", w,
+            (unsigned long long)m, (unsigned long long)mv);
+    }
+  }
+  st_reads[r] = n;
+  return 0;
+}
+
+static void test_concurrent(char *note) {
+  st_t = bkf_table("stress");
+  for (int j = 0; j < SSTABLE; j++) register_flowid(st_t, (void *)st_stable_key(j), st_val(st_stable_key(j), (uint64_t)j + 1));
+  for (int w = 0; w < SW; w++) st_shadow[w] = calloc(SKEYS, sizeof(uint64_t));
+  uint64_t rb0 = __bunkai_flow_table_stat(st_t, ST_REBUILDS);
+  const char *ms = getenv("BKF_STRESS_MS");
+  int dur = ms ? atoi(ms) : 2000;
+  pthread_t tw[SW], tr[SR];
+  st_stop = 0;
+  for (int w = 0; w < SW; w++) pthread_create(&tw[w], 0, st_writer, (void *)(intptr_t)w);
+  for (int r = 0; r < SR; r++) pthread_create(&tr[r], 0, st_reader, (void *)(intptr_t)r);
+  usleep((useconds_t)dur * 1000);
+  st_stop = 1;
+  for (int w = 0; w < SW; w++) pthread_join(tw[w], 0);
+  for (int r = 0; r < SR; r++) pthread_join(tr[r], 0);
+  /* The table is what the writers last did. */
+  uint64_t live = SSTABLE + SW;
+  for (int w = 0; w < SW; w++)
+    for (int j = 0; j < SKEYS; j++) {
+      uint64_t v = get_flowid(st_t, (void *)st_key(w, j));
+      CHECK(v == st_shadow[w][j], "writer %d key %d: %llx, expected %llx", w, j, (unsigned long long)v,
+            (unsigned long long)st_shadow[w][j]);
+      live += v != 0;
+    }
+  for (int w = 0; w < SW; w++)
+    for (uint64_t c = 0; c < st_cycle[w]; c++)
+      for (int j = 0; j < SKEYS; j += 7) CHECK(get_flowid(st_t, (void *)st_key_c(w, c, j)) == 0, "old key %d of cycle %llu", j, (unsigned long long)c);
+  for (int j = 0; j < SSTABLE; j++) CHECK(get_flowid(st_t, (void *)st_stable_key(j)) == st_val(st_stable_key(j), (uint64_t)j + 1), "stable %d", j);
+  CHECK(bkf_table_size(st_t) == live, "size %llu, expected %llu", (unsigned long long)bkf_table_size(st_t), (unsigned long long)live);
+  uint64_t rebuilds = __bunkai_flow_table_stat(st_t, ST_REBUILDS) - rb0;
+  CHECK(rebuilds >= 10, "only %llu rebuilds during the stress", (unsigned long long)rebuilds);
+  sprintf(note, "%d writers, %d readers, %d ms: %.1fM reads, %.1fM writes, %llu cycles, %llu rebuilds", SW, SR, dur,
+          (double)(st_reads[0] + st_reads[1]) / 1e6, (double)(st_writes[0] + st_writes[1]) / 1e6,
+          (unsigned long long)(st_cycle[0] + st_cycle[1]), (unsigned long long)rebuilds);
+  for (int w = 0; w < SW; w++) free(st_shadow[w]);
+}
+
+/* ------------------------------------------------------------------ */
+/* The record buffer                                                   */
+
+enum { BT = 3, BN = 20000 };
+static int bt_tid[BT];
+static void *bt_thread(void *p) {
+  int t = (int)(intptr_t)p;
+  bt_tid[t] = gettid_();
+  uint64_t v[5];
+  for (uint64_t s = 0; s < BN; s++) {
+    int n = 1 + (int)(s % 5);
+    v[0] = (uint64_t)t << 32 | s, v[1] = s ^ 0xdead, v[2] = ~s, v[3] = s * 3, v[4] = s << 7;
+    bkf_store(0x400000 + (uint64_t)t, (uint32_t)t + 10, n, v);
+  }
+  return 0;
+}
+
+static void test_buffer(char *note) {
+  uint64_t t0 = now_ns(CLOCK_REALTIME);
+  pthread_t th[BT];
+  for (int t = 0; t < BT; t++) pthread_create(&th[t], 0, bt_thread, (void *)(intptr_t)t);
+  for (int t = 0; t < BT; t++) pthread_join(th[t], 0);
+  /* The macros generated advice uses. */
+  uint64_t bkf_pc__ = 0xabcdef;
+  uint32_t bkf_jp__ = 77;
+  uint64_t tsc;
+  DO_RDTSC(tsc);
+  STORE_DATA3(0x11, tsc, 0x33);
+  STORE_DATA1(0x44);
+  bkf_store(0x55, ~0u, 0, 0);
+  uint64_t t1 = now_ns(CLOCK_REALTIME);
+
+  struct bufview v;
+  CHECK(buf_open(&v, getpid()), "no buffer file for this process");
+  const struct bkf_buf_header *h = v.h;
+  CHECK(h->magic == BKF_BUF_MAGIC && h->version == BKF_VERSION, "magic %x version %u", h->magic, h->version);
+  CHECK(h->pid == (uint32_t)getpid(), "pid %u", h->pid);
+  CHECK(h->host_tag == expected_tag(), "host tag %x", h->host_tag);
+  CHECK(h->capacity == v.len - BKF_BUF_HEADER_SIZE && v.len == (32u << 20), "capacity %llu of a %zu-byte file",
+        (unsigned long long)h->capacity, v.len);
+  CHECK(h->dropped == 0, "dropped %llu", (unsigned long long)h->dropped);
+  CHECK(h->started_ns <= t1 && h->started_ns + 60ull * 1000000000 > t0, "started_ns");
+  struct utsname u;
+  uname(&u);
+  CHECK(strcmp(h->host, u.nodename) == 0, "host '%s'", h->host);
+  char exe[192] = {0};
+  CHECK(readlink("/proc/self/exe", exe, sizeof exe - 1) > 0 && strcmp(exe, h->exe) == 0, "exe '%s'", h->exe);
+
+  /* Every record, once, complete and right. */
+  static uint64_t last_ns[BT], seen[BT][BN / 64 + 1];
+  uint64_t off = 0, bytes = 0, count = 0;
+  int tail = 0;
+  struct rec r;
+  memset(last_ns, 0, sizeof last_ns);
+  memset(seen, 0, sizeof seen);
+  while (buf_next(&v, &off, &r)) {
+    CHECK(r.flags == BKF_REC_DONE, "record %llu not complete", (unsigned long long)count);
+    bytes += r.size, count++;
+    if (r.pc >= 0x400000 && r.pc < 0x400000 + BT) {
+      int t = (int)(r.pc - 0x400000);
+      uint64_t s = r.vals[0] & 0xffffffff;
+      CHECK(r.jp == (uint32_t)t + 10 && r.vals[0] >> 32 == (uint64_t)t && s < BN, "thread record at %llu: pc %llx jp %u v0 %llx",
+            (unsigned long long)(off - r.size), (unsigned long long)r.pc, r.jp, (unsigned long long)r.vals[0]);
+      CHECK(r.nvals == 1 + s % 5, "nvals %u for seq %llu", r.nvals, (unsigned long long)s);
+      uint64_t want[5] = {(uint64_t)t << 32 | s, s ^ 0xdead, ~s, s * 3, s << 7};
+      for (unsigned i = 0; i < r.nvals; i++) CHECK(r.vals[i] == want[i], "value %u of seq %llu", i, (unsigned long long)s);
+      CHECK(r.tid == (uint32_t)bt_tid[t], "tid %u, expected %d", r.tid, bt_tid[t]);
+      CHECK(!(seen[t][s / 64] >> (s % 64) & 1), "seq %llu twice", (unsigned long long)s);
+      seen[t][s / 64] |= 1ull << (s % 64);
+      CHECK(r.ns >= last_ns[t] && r.ns >= t0 && r.ns <= t1, "time %llu", (unsigned long long)r.ns);
+      last_ns[t] = r.ns;
+    } else if (r.pc == 0xabcdef && tail == 0) {
+      CHECK(r.jp == 77 && r.nvals == 3 && r.vals[0] == 0x11 && r.vals[1] == tsc && r.vals[2] == 0x33, "STORE_DATA3");
+      CHECK(r.tid == (uint32_t)gettid_(), "main thread tid");
+      tail = 1;
+    } else if (tail == 1) {
+      CHECK(r.pc == 0xabcdef && r.jp == 77 && r.nvals == 1 && r.vals[0] == 0x44, "STORE_DATA1");
+      tail = 2;
+    } else {
+      CHECK(tail == 2 && r.pc == 0x55 && r.jp == ~0u && r.nvals == 0 && r.size == BKF_REC_HEADER, "empty record");
+      tail = 3;
+    }
+  }
+  CHECK(tail == 3, "the macros' records are missing");
+  CHECK(count == BT * BN + 3 && bytes == h->head, "%llu records, %llu bytes, head %llu", (unsigned long long)count,
+        (unsigned long long)bytes, (unsigned long long)h->head);
+  for (int t = 0; t < BT; t++)
+    for (int s = 0; s < BN; s++) CHECK(seen[t][s / 64] >> (s % 64) & 1, "thread %d seq %d missing", t, s);
+  buf_close(&v);
+  sprintf(note, "%llu records from %d threads, %llu bytes", (unsigned long long)count, BT + 1, (unsigned long long)bytes);
+}
+
+/* A full buffer counts drops, in a fork child with a small buffer. */
+static void test_buffer_full(char *note) {
+  pid_t p = fork();
+  if (p == 0) {
+    setenv("BUNKAI_FLOW_BUF", "8K", 1);
+    uint64_t v = 7;
+    for (int i = 0; i < 1000; i++) bkf_store(0x99, 1, 1, &v);
+    struct bufview b;
+    if (!buf_open(&b, getpid())) _exit(10);
+    uint64_t cap = 8192 - BKF_BUF_HEADER_SIZE, fit = cap / 40;
+    if (b.h->capacity != cap) _exit(11);
+    if (b.h->head != 1000 * 40) _exit(12);
+    if (b.h->dropped != 1000 - fit) _exit(13);
+    uint64_t off = 0, n = 0;
+    struct rec r;
+    while (buf_next(&b, &off, &r)) {
+      if (r.pc != 0x99 || r.vals[0] != 7 || r.flags != BKF_REC_DONE) _exit(14);
+      n++;
+    }
+    if (n != fit || off != fit * 40) _exit(15);
+    buf_close(&b);
+    char path[600];
+    buf_path(path, sizeof path, getpid());
+    unlink(path);
+    _exit(0);
+  }
+  wait_check(p, "child with an 8 KiB buffer");
+  sprintf(note, "8 KiB: %d records kept, the rest counted as dropped", (8192 - BKF_BUF_HEADER_SIZE) / 40);
+}
+
+/* Buffers that cannot exist: stores are no-ops, nothing breaks. */
+static void test_buffer_unavailable(char *note) {
+  const char *envs[][2] = {{"BUNKAI_FLOW_BUF", "0"}, {"BUNKAI_FLOW_DIR", "/proc/nonexistent"}, {"BUNKAI_FLOW_BUF", "12Q"}};
+  for (int i = 0; i < 3; i++) {
+    pid_t p = fork();
+    if (p == 0) {
+      setenv(envs[i][0], envs[i][1], 1);
+      uint64_t v = 1;
+      for (int j = 0; j < 100; j++) bkf_store(1, 1, 1, &v);
+      struct bufview b;
+      int have = buf_open(&b, getpid());
+      if (i < 2 && have) _exit(20); /* disabled or impossible: no file */
+      if (i == 2) { /* a bad size means the default */
+        if (!have || b.len != (64u << 20)) _exit(21);
+        char path[600];
+        buf_path(path, sizeof path, getpid());
+        unlink(path);
+      }
+      _exit(0);
+    }
+    wait_check(p, envs[i][1]);
+  }
+  sprintf(note, "BUNKAI_FLOW_BUF=0, an unusable directory, a bad size");
+}
+
+/* ------------------------------------------------------------------ */
+/* Fork                                                                */
+
+static void test_fork(char *note) {
+  struct bkf_table *t = bkf_table("forked");
+  static int objs[4];
+  register_flowid(t, &objs[0], 100);
+  uint64_t v = 1;
+  bkf_store(1, 1, 1, &v); /* the parent has its buffer */
+  struct bufview b;
+  CHECK(buf_open(&b, getpid()), "parent buffer");
+  uint64_t head = b.h->head;
+  pid_t p = fork();
+  if (p == 0) {
+    /* Inherited flows; the child's own changes; the child's own buffer. */
+    if (get_flowid(t, &objs[0]) != 100) _exit(30);
+    register_flowid(t, &objs[1], 101);
+    remove_flowid(t, &objs[0]);
+    if (get_flowid(t, &objs[1]) != 101 || get_flowid(t, &objs[0]) != 0) _exit(31);
+    uint64_t s = 0xc41d;
+    for (int i = 0; i < 100; i++) bkf_store(0xc41d, 2, 1, &s);
+    struct bufview c;
+    if (!buf_open(&c, getpid())) _exit(32);
+    if (c.h->pid != (uint32_t)getpid() || c.h->head != 100 * 40) _exit(33);
+    uint64_t off = 0;
+    struct rec r;
+    int n = 0;
+    while (buf_next(&c, &off, &r)) {
+      if (r.pc != 0xc41d || r.tid != (uint32_t)gettid_()) _exit(34);
+      n++;
+    }
+    if (n != 100) _exit(35);
+    _exit(0);
+  }
+  wait_check(p, "fork child");
+  CHECK(b.h->head == head, "the child wrote into the parent's buffer");
+  CHECK(get_flowid(t, &objs[0]) == 100 && get_flowid(t, &objs[1]) == 0, "the child's changes leaked into the parent");
+  char path[600];
+  buf_path(path, sizeof path, p);
+  CHECK(unlink(path) == 0, "the child's buffer %s", path);
+  buf_close(&b);
+  sprintf(note, "inherited tables, separate buffers");
+}
+
+/* Forks while another thread writes tables and records: a lock held by a
+ * parent thread at fork must not hang the child. */
+static volatile int fl_stop;
+static void *fl_thread(void *p) {
+  struct bkf_table *t = p;
+  uint64_t i = 0, v = 0;
+  while (!fl_stop) {
+    for (int j = 0; j < 4096; j++, i++) {
+      register_flowid(t, (void *)(0x330000000000ull + 64 * i), i + 1);
+      if (i >= 2000) remove_flowid(t, (void *)(0x330000000000ull + 64 * (i - 2000)));
+    }
+    bkf_store(2, 2, 1, &v);
+  }
+  return 0;
+}
+
+static void test_fork_under_load(char *note) {
+  enum { FORKS = 40 };
+  struct bkf_table *t = bkf_table("fork-load");
+  pthread_t th;
+  fl_stop = 0;
+  pthread_create(&th, 0, fl_thread, t);
+  pid_t kids[FORKS];
+  for (int k = 0; k < FORKS; k++) {
+    usleep(2000);
+    pid_t p = fork();
+    if (p == 0) {
+      alarm(20); /* a hang is a failure, not a stuck test */
+      int held = __bunkai_flow_table_stat(t, ST_LOCK) != 0; /* the writer held it at fork */
+      for (uint64_t i = 0; i < 20000; i++) {
+        register_flowid(t, (void *)(0x440000000000ull + 64 * i), i + 1);
+        if (get_flowid(t, (void *)(0x440000000000ull + 64 * i)) != i + 1) _exit(40);
+        if (i >= 100) remove_flowid(t, (void *)(0x440000000000ull + 64 * (i - 100)));
+      }
+      if (!bkf_table("made-in-a-child")) _exit(41);
+      uint64_t v = 3;
+      bkf_store(3, 3, 1, &v);
+      _exit(held ? 0 : 99);
+    }
+    kids[k] = p;
+  }
+  fl_stop = 1;
+  pthread_join(th, 0);
+  int held = 0;
+  for (int k = 0; k < FORKS; k++) {
+    int st;
+    CHECK(waitpid(kids[k], &st, 0) == kids[k], "waitpid");
+    CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 99), "child forked under load: %s %d",
+          WIFEXITED(st) ? "exit status" : "killed by signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    held += WEXITSTATUS(st) == 0;
+    char path[600];
+    buf_path(path, sizeof path, kids[k]);
+    unlink(path);
+  }
+  sprintf(note, "%d forks beside a writing thread, %d with the table locked", FORKS, held);
+}
+
+/* ------------------------------------------------------------------ */
+/* Signals: bkf_store and get_flowid from a handler that interrupts them */
+
+static volatile uint64_t sig_count;
+static volatile int sig_stop;
+static struct bkf_table *sig_table;
+static void on_signal(int s) {
+  (void)s;
+  uint64_t v[2] = {0x5167, get_flowid(sig_table, &sig_table)};
+  bkf_store(0x5160, 5, 2, v);
+  sig_count++;
+}
+static void *signaler(void *p) {
+  pthread_t main_thread = *(pthread_t *)p;
+  while (!sig_stop) {
+    pthread_kill(main_thread, SIGUSR1);
+    for (volatile int i = 0; i < 2000; i++) {
+    }
+    sched_yield();
+  }
+  return 0;
+}
+
+static void test_signal(char *note) {
+  enum { MAX_STORES = 400000, CHUNK = 1000 }; /* 16 MB of records at most */
+  sig_table = bkf_table("signal");
+  register_flowid(sig_table, &sig_table, 9);
+  bkf_store(0, 0, 0, 0); /* the buffer exists */
+  struct bufview b;
+  CHECK(buf_open(&b, getpid()), "buffer");
+  uint64_t start = b.h->head;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, 0);
+  pthread_t self = pthread_self(), th;
+  sig_stop = 0;
+  pthread_create(&th, 0, signaler, &self);
+  uint64_t v = 0x3a1, stores = 0, t0 = now_ns(CLOCK_MONOTONIC);
+  /* Until enough signals landed (the machine may be busy, and the signaling
+   * thread must run): a store, then gets, so as not to fill the buffer. */
+  while ((sig_count < 300 || ms_since(t0) < 50) && ms_since(t0) < 5000) {
+    for (int i = 0; i < CHUNK; i++) {
+      if (stores < MAX_STORES) bkf_store(0x3a1, 6, 1, &v), stores++;
+      for (int j = 0; j < 20; j++) CHECK(get_flowid(sig_table, &sig_table) == 9, "get while signals arrive");
+    }
+  }
+  sig_stop = 1;
+  pthread_join(th, 0);
+  signal(SIGUSR1, SIG_IGN);
+  buf_refresh(&b);
+  uint64_t o = start, handler = 0, main_ = 0;
+  struct rec r;
+  while (buf_next(&b, &o, &r)) {
+    CHECK(r.flags == BKF_REC_DONE, "incomplete record");
+    if (r.pc == 0x5160) {
+      CHECK(r.vals[0] == 0x5167 && r.vals[1] == 9, "handler record");
+      handler++;
+    } else if (r.pc == 0x3a1) {
+      CHECK(r.vals[0] == 0x3a1, "main record");
+      main_++;
+    }
+  }
+  CHECK(handler == sig_count && main_ == stores, "handler %llu of %llu, main %llu of %llu", (unsigned long long)handler,
+        (unsigned long long)sig_count, (unsigned long long)main_, (unsigned long long)stores);
+  CHECK(handler >= 50, "only %llu signals arrived", (unsigned long long)handler);
+  CHECK(b.h->dropped == 0, "dropped");
+  buf_close(&b);
+  sprintf(note, "%llu stores from a signal handler among %llu", (unsigned long long)handler, (unsigned long long)stores);
+}
+
+/* ------------------------------------------------------------------ */
+
+static const struct {
+  const char *name;
+  void (*fn)(char *note);
+} tests[] = {
+    {"ids_threads", test_ids_threads},
+    {"ids_processes", test_ids_processes},
+    {"ids_fallback", test_ids_fallback},
+    {"table_basics", test_table_basics},
+    {"paper_patterns", test_paper_patterns},
+    {"table_growth", test_table_growth},
+    {"table_churn", test_table_churn},
+    {"concurrent", test_concurrent},
+    {"buffer", test_buffer},
+    {"buffer_full", test_buffer_full},
+    {"buffer_unavailable", test_buffer_unavailable},
+    {"fork", test_fork},
+    {"fork_under_load", test_fork_under_load},
+    {"signal", test_signal},
+};
+enum { NTESTS = sizeof tests / sizeof tests[0] };
+
+static void cleanup(void) {
+  char p[600];
+  buf_path(p, sizeof p, getpid());
+  unlink(p);
+  if (!own_dir) return;
+  snprintf(p, sizeof p, "%s/ids", dir);
+  unlink(p);
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "--ids-child")) return ids_child(argv[2], atol(argv[3]));
+  if (argc == 2 && !strcmp(argv[1], "--fallback-child")) return fallback_child();
+
+  const char *d = getenv("BUNKAI_FLOW_DIR");
+  if (d && *d) {
+    snprintf(dir, sizeof dir, "%s", d);
+  } else {
+    strcpy(dir, "/tmp/bunkai-flow-test.XXXXXX");
+    CHECK(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    own_dir = 1;
+    setenv("BUNKAI_FLOW_DIR", dir, 1);
+  }
+  if (!getenv("BUNKAI_FLOW_IDS")) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/ids", dir);
+    setenv("BUNKAI_FLOW_IDS", p, 1);
+  }
+  setenv("BUNKAI_FLOW_BUF", "32M", 1);
+  atexit(cleanup);
+
+  int ran = 0;
+  uint64_t t_all = now_ns(CLOCK_MONOTONIC);
+  for (int i = 0; i < NTESTS; i++) {
+    int want = argc == 1;
+    for (int a = 1; a < argc; a++) want |= !strcmp(argv[a], tests[i].name);
+    if (!want) continue;
+    char note[256] = "";
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    tests[i].fn(note);
+    printf("ok %s (%s; %llu ms)\n", tests[i].name, note, (unsigned long long)ms_since(t0));
+    fflush(stdout);
+    ran++;
+  }
+  for (int a = 1; a < argc; a++) {
+    int known = 0;
+    for (int i = 0; i < NTESTS; i++) known |= !strcmp(argv[a], tests[i].name);
+    CHECK(known, "no test called %s", argv[a]);
+  }
+  printf("test_flow: %d passed in %llu ms\n", ran, (unsigned long long)ms_since(t_all));
+  return 0;
+}

@@ -1,0 +1,97 @@
+//! `bunkai flow cc [CLANG_ARGS...]`: clang-14 with the join-point pass.
+//!
+//! Adds `-fpass-plugin=<libdir>/BunkaiFlow.so` (the pass runs at the end of
+//! the optimisation pipeline) and `-g` last, so that a `-g0` or
+//! `-gline-tables-only` among the arguments cannot take away the member and
+//! variable names the pass needs. When the arguments pass `-mllvm
+//! -bunkai-flow-...` options, the plugin is also loaded with `-Xclang
+//! -load`: clang parses -mllvm before it loads pass plugins. Linking needs
+//! nothing else: the table is plain read-only data with PC-relative
+//! offsets.
+
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+pub const PLUGIN: &str = "BunkaiFlow.so";
+
+#[derive(clap::Args, Debug)]
+pub struct CcArgs {
+    /// Arguments for clang-14, as you would give them to clang
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CLANG_ARGS"
+    )]
+    pub args: Vec<OsString>,
+}
+
+/// The pass plugin: `$BUNKAI_LIBDIR/BunkaiFlow.so` or beside the CLI.
+pub fn plugin() -> Result<PathBuf> {
+    let p = bunkai_scatter::toolchain::helper_libdir()?.join(PLUGIN);
+    if !p.exists() {
+        bail!(
+            "{} is missing (run `make` in the bunkai tree, or set BUNKAI_LIBDIR)",
+            p.display()
+        );
+    }
+    Ok(p.canonicalize().unwrap_or(p))
+}
+
+pub fn clang() -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join("clang-14");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    let p = PathBuf::from("/usr/lib/llvm-14/bin/clang");
+    if p.is_file() {
+        return Ok(p);
+    }
+    bail!("clang-14 not found (run scripts/install-deps.sh)")
+}
+
+/// The full clang command line for `args`.
+pub fn command_line(plugin: &std::path::Path, args: &[OsString]) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec![format!("-fpass-plugin={}", plugin.display()).into()];
+    if args.iter().any(|a| a == "-mllvm") {
+        for a in ["-Xclang", "-load", "-Xclang"] {
+            out.push(a.into());
+        }
+        out.push(plugin.as_os_str().to_owned());
+    }
+    // -g goes last, but before a "--" that ends clang's options.
+    match args.iter().position(|a| a == "--") {
+        Some(i) => {
+            out.extend_from_slice(&args[..i]);
+            out.push("-g".into());
+            out.extend_from_slice(&args[i..]);
+        }
+        None => {
+            out.extend_from_slice(args);
+            out.push("-g".into());
+        }
+    }
+    out
+}
+
+pub fn run(a: &CcArgs) -> Result<ExitCode> {
+    if a.args.is_empty() {
+        bail!("nothing to compile (usage: bunkai flow cc [CLANG_ARGS...], e.g. bunkai flow cc -O2 prog.c -o prog)");
+    }
+    let plugin = plugin()?;
+    let clang = clang()?;
+    let status = Command::new(&clang)
+        .args(command_line(&plugin, &a.args))
+        .status()
+        .with_context(|| format!("cannot start {}", clang.display()))?;
+    // clang has said what went wrong; its exit status is ours.
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(c) => ExitCode::from(c.clamp(1, 255) as u8),
+        None => ExitCode::from(1),
+    })
+}

@@ -1,0 +1,17 @@
+//! bunkai flow: XenLASY (seed 003), aspects that follow data through
+//! threads, processes and hosts. This crate is the tool's side:
+//!
+//! - `joinpoints`: the join-point table the compiler pass (flow/pass/)
+//!   leaves in a program: sled addresses, struct/member, source position,
+//!   and where the base pointer, the arguments and the named variables are
+//!   at each sled.
+//! - `cc`: `bunkai flow cc`, clang-14 with the pass.
+//! - `points`: `bunkai flow points`, the table as text or JSON.
+//!
+//! The layouts shared with the pass and the runtime are in
+//! flow/include/bunkai_flow.h.
+pub mod cc;
+pub mod joinpoints;
+pub mod points;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,133 @@
+//! `bunkai flow points FILE [--json]`: the join points of a program, as a
+//! table (one line each) or as one JSON document for other tools.
+
+use crate::joinpoints::{self, JoinPoint, Kind, Location};
+use anyhow::Result;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct PointsArgs {
+    /// An executable or shared object built with `bunkai flow cc`
+    pub file: PathBuf,
+    /// One JSON document: {"file", "version", "count", "joinpoints": [...]}
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn location_json(l: &Location) -> Value {
+    match l {
+        Location::Reg(r) => json!({"kind": "reg", "reg": r}),
+        Location::Mem { base, offset } => json!({
+            "kind": "mem",
+            "base": if *base == joinpoints::Base::Rsp { "rsp" } else { "rbp" },
+            "offset": offset,
+        }),
+        Location::Imm(v) => json!({"kind": "imm", "value": v}),
+    }
+}
+
+pub fn to_json(jp: &JoinPoint) -> Value {
+    let ops: Vec<Value> = jp
+        .operands
+        .iter()
+        .map(|(n, l)| {
+            let mut v = location_json(l);
+            v["name"] = json!(n);
+            v["location"] = json!(l.to_string());
+            v
+        })
+        .collect();
+    json!({
+        "index": jp.index,
+        "sled_addr": jp.sled_addr,
+        "kind": if jp.kind == Kind::Entry { "entry" } else { "access" },
+        "struct": jp.struct_name,
+        "member": jp.member,
+        "function": jp.function,
+        "file": jp.file,
+        "line": jp.line,
+        "access": jp.access.as_str(),
+        "operands": ops,
+    })
+}
+
+/// One line per join point, columns aligned.
+pub fn table(jps: &[JoinPoint]) -> String {
+    let rows: Vec<[String; 6]> = jps
+        .iter()
+        .map(|jp| {
+            let what = match (&jp.struct_name, &jp.member) {
+                (Some(s), Some(m)) => format!("{s}.{m}"),
+                _ => "-".to_string(),
+            };
+            let ops: Vec<String> = jp
+                .operands
+                .iter()
+                .map(|(n, l)| format!("{n}={l}"))
+                .collect();
+            [
+                format!("{:#x}", jp.sled_addr),
+                jp.access.as_str().to_string(),
+                what,
+                jp.function.clone(),
+                format!("{}:{}", jp.file, jp.line),
+                ops.join(" "),
+            ]
+        })
+        .collect();
+    let head = [
+        "sled",
+        "access",
+        "join point",
+        "function",
+        "file:line",
+        "operands",
+    ];
+    let mut w = head.map(str::len);
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |i: &str, r: &[&str]| {
+        let mut s = format!("{i:>4}");
+        for (k, c) in r.iter().enumerate() {
+            if k + 1 == r.len() {
+                s += &format!("  {c}");
+            } else {
+                s += &format!("  {c:<width$}", width = w[k]);
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line("#", &head);
+    for (jp, r) in jps.iter().zip(&rows) {
+        let cols: Vec<&str> = r.iter().map(String::as_str).collect();
+        out += &line(&jp.index.to_string(), &cols);
+    }
+    out
+}
+
+pub fn run(a: &PointsArgs) -> Result<ExitCode> {
+    let jps = joinpoints::read(&a.file)?;
+    let text = if a.json {
+        let doc = json!({
+            "file": a.file.display().to_string(),
+            "version": joinpoints::VERSION,
+            "count": jps.len(),
+            "joinpoints": jps.iter().map(to_json).collect::<Vec<_>>(),
+        });
+        serde_json::to_string_pretty(&doc)? + "\n"
+    } else {
+        table(&jps)
+    };
+    // A closed pipe (| head) is not an error.
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

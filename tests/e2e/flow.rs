@@ -1,0 +1,583 @@
+//! End-to-end tests of `bunkai flow cc` and `bunkai flow points`: the real
+//! CLI and the join-point pass on small C programs (tests/programs/flow/),
+//! compared with the same programs built by plain clang-14.
+//!
+//! The programs carry `/* jp FUNCTION: ITEM; ITEM */` comments naming the
+//! join points expected at -O2 (syntax at the top of each program); the
+//! tests check the table against them, read the sled bytes from the file,
+//! look for dynamic relocations, and run every program with all of its
+//! sleds patched (sledcheck.c) to check each operand's value at run time.
+
+use bunkai_e2e::*;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PROGRAMS: [&str; 3] = ["packets", "shapes", "locals"];
+const UNPATCHED: [u8; 11] = [
+    0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00,
+];
+
+fn src(name: &str) -> PathBuf {
+    program(&format!("flow/{name}.c"))
+}
+
+/// `bunkai flow cc FLAGS SRC -o OUT`.
+fn flow_cc(name: &str, flags: &[&str], out: &Path) {
+    let mut args: Vec<&str> = vec!["flow", "cc"];
+    args.extend_from_slice(flags);
+    let s = src(name);
+    args.push(s.to_str().unwrap());
+    args.push("-o");
+    args.push(out.to_str().unwrap());
+    bunkai_ok(&args);
+}
+
+fn points(file: &Path) -> Vec<Value> {
+    let o = bunkai_ok(&["flow", "points", "--json", file.to_str().unwrap()]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["version"], 1);
+    let jps = v["joinpoints"].as_array().unwrap().clone();
+    assert_eq!(v["count"].as_u64().unwrap() as usize, jps.len());
+    jps
+}
+
+fn location<'a>(jp: &'a Value, name: &str) -> Option<&'a str> {
+    jp["operands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == name)
+        .map(|o| o["location"].as_str().unwrap())
+}
+
+fn what(jp: &Value) -> String {
+    if jp["kind"] == "entry" {
+        "entry".into()
+    } else {
+        format!(
+            "{}.{}",
+            jp["struct"].as_str().unwrap(),
+            jp["member"].as_str().unwrap()
+        )
+    }
+}
+
+/// One expected join point from a source comment.
+#[derive(Debug)]
+struct Expect {
+    line: u64,
+    function: String,
+    what: String,
+    access: String,
+    ops: Vec<String>,
+}
+
+fn markers(name: &str) -> Vec<Expect> {
+    let text = std::fs::read_to_string(src(name)).unwrap();
+    let mut out = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let Some(at) = l.find("/* jp ") else { continue };
+        let body = l[at + 6..].trim_end().trim_end_matches("*/").trim();
+        let (function, items) = body.split_once(": ").unwrap();
+        for item in items.split(';') {
+            let t: Vec<&str> = item.split_whitespace().collect();
+            let (what, access, ops) = if t[0] == "entry" {
+                ("entry", "entry", &t[1..])
+            } else {
+                (t[0], t[1], &t[2..])
+            };
+            out.push(Expect {
+                line: i as u64 + 1,
+                function: function.to_string(),
+                what: what.to_string(),
+                access: access.to_string(),
+                ops: ops.iter().map(|s| s.to_string()).collect(),
+            });
+        }
+    }
+    assert!(out.len() >= 5, "{name}: too few markers");
+    out
+}
+
+/// Every marker has at least one join point, and every join point matching
+/// it satisfies its operand constraints.
+fn check_markers(name: &str, jps: &[Value]) {
+    for e in markers(name) {
+        let found: Vec<&Value> = jps
+            .iter()
+            .filter(|jp| {
+                jp["line"] == e.line
+                    && jp["function"] == e.function.as_str()
+                    && what(jp) == e.what
+                    && jp["access"] == e.access.as_str()
+            })
+            .collect();
+        assert!(!found.is_empty(), "{name}: no join point for {e:?}");
+        for jp in found {
+            assert!(jp["file"].as_str().unwrap().ends_with(&format!("{name}.c")));
+            for op in &e.ops {
+                if let Some(absent) = op.strip_prefix('!') {
+                    assert!(
+                        location(jp, absent).is_none(),
+                        "{name}: {absent} listed at {e:?}: {jp}"
+                    );
+                } else if let Some((a, b)) = op.split_once('=') {
+                    let la =
+                        location(jp, a).unwrap_or_else(|| panic!("{name}: no {a} at {e:?}: {jp}"));
+                    let lb = if b.starts_with('$')
+                        && b[1..].starts_with(|c: char| c.is_ascii_digit())
+                    {
+                        b
+                    } else {
+                        location(jp, b).unwrap_or_else(|| panic!("{name}: no {b} at {e:?}: {jp}"))
+                    };
+                    assert_eq!(la, lb, "{name}: {a} and {b} at {e:?}: {jp}");
+                } else {
+                    assert!(location(jp, op).is_some(), "{name}: no {op} at {e:?}: {jp}");
+                }
+            }
+        }
+    }
+}
+
+/// (name, address, file offset, size) of every section, from readelf.
+fn sections(file: &Path) -> Vec<(String, u64, u64, u64)> {
+    let o = Command::new("readelf")
+        .arg("-SW")
+        .arg(file)
+        .output()
+        .expect("readelf");
+    let mut out = Vec::new();
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        let Some((_, rest)) = l.split_once(']') else {
+            continue;
+        };
+        let t: Vec<&str> = rest.split_whitespace().collect();
+        if t.len() < 5 {
+            continue;
+        }
+        let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+        if let (Some(a), Some(o), Some(s)) = (hex(t[2]), hex(t[3]), hex(t[4])) {
+            out.push((t[0].to_string(), a, o, s));
+        }
+    }
+    out
+}
+
+fn table_range(file: &Path) -> (u64, u64) {
+    let s = sections(file);
+    let t = s
+        .iter()
+        .find(|s| s.0 == "bunkai_flow_jp")
+        .expect("a bunkai_flow_jp section");
+    (t.1, t.1 + t.3)
+}
+
+/// The bytes at each recorded sled address are the unpatched sled, read
+/// from the file through readelf's section table (not through bunkai).
+fn check_sled_bytes(file: &Path, jps: &[Value]) {
+    let data = std::fs::read(file).unwrap();
+    let secs = sections(file);
+    for jp in jps {
+        let addr = jp["sled_addr"].as_u64().unwrap();
+        assert_eq!(addr % 2, 0, "sled at an odd address: {jp}");
+        let s = secs
+            .iter()
+            .find(|s| s.0.starts_with(".text") && addr >= s.1 && addr + 11 <= s.1 + s.3)
+            .unwrap_or_else(|| panic!("sled outside .text: {jp}"));
+        let off = (s.2 + addr - s.1) as usize;
+        assert_eq!(data[off..off + 11], UNPATCHED, "bytes at {addr:#x}: {jp}");
+    }
+}
+
+/// No dynamic relocation in the table, no text relocation anywhere.
+fn check_no_dynamic_relocations(file: &Path) {
+    let d = Command::new("readelf")
+        .arg("-dW")
+        .arg(file)
+        .output()
+        .unwrap();
+    let d = String::from_utf8_lossy(&d.stdout);
+    assert!(!d.contains("TEXTREL"), "{}: {d}", file.display());
+    let (lo, hi) = table_range(file);
+    let r = Command::new("readelf")
+        .arg("-rW")
+        .arg(file)
+        .output()
+        .unwrap();
+    for l in String::from_utf8_lossy(&r.stdout).lines() {
+        let Some(first) = l.split_whitespace().next() else {
+            continue;
+        };
+        if first.len() != 16 {
+            continue;
+        }
+        if let Ok(off) = u64::from_str_radix(first, 16) {
+            assert!(
+                !(lo..hi).contains(&off),
+                "{}: relocation in the table: {l}",
+                file.display()
+            );
+        }
+    }
+}
+
+fn run(exe: &Path, args: &[&str], env: &[(&str, &Path)]) -> Behaviour {
+    let mut c = Command::new(exe);
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    behaviour(run_with_stdin(&mut c, None))
+}
+
+#[test]
+fn flow_builds_behave_like_plain_clang_builds() {
+    let d = tempfile::tempdir().unwrap();
+    for name in PROGRAMS {
+        for opt in ["-O2", "-O0"] {
+            let plain = d.path().join(format!("{name}{opt}.plain"));
+            let flow = d.path().join(format!("{name}{opt}.flow"));
+            clang_build(&[src(name)], &[opt], &plain);
+            flow_cc(name, &[opt], &flow);
+            let a = run(&plain, &["300"], &[]);
+            let b = run(&flow, &["300"], &[]);
+            assert_eq!(a, b, "{name} {opt}");
+            assert_eq!(a.code, Some(0), "{name} {opt}: {a:?}");
+            let jps = points(&flow);
+            assert!(jps.len() >= 10, "{name} {opt}: {} join points", jps.len());
+            check_sled_bytes(&flow, &jps);
+        }
+    }
+}
+
+#[test]
+fn points_list_the_join_points_the_sources_name() {
+    let d = tempfile::tempdir().unwrap();
+    for name in PROGRAMS {
+        let exe = d.path().join(name);
+        flow_cc(name, &["-O2"], &exe);
+        let jps = points(&exe);
+        check_markers(name, &jps);
+        for (i, jp) in jps.iter().enumerate() {
+            assert_eq!(jp["index"], i);
+            assert!(jp["line"].as_u64().is_some() && jp["function"].as_str().is_some());
+            for op in jp["operands"].as_array().unwrap() {
+                assert!(
+                    ["reg", "mem", "imm"].contains(&op["kind"].as_str().unwrap()),
+                    "{op}"
+                );
+            }
+        }
+        // Every entry lists $arg0.. in order; every access lists $base first.
+        for jp in &jps {
+            let first = jp["operands"]
+                .get(0)
+                .map(|o| o["name"].as_str().unwrap().to_string());
+            if jp["kind"] == "access" {
+                assert_eq!(first.as_deref(), Some("$base"), "{jp}");
+            } else if let Some(f) = first {
+                assert!(f == "$arg0" || !f.starts_with('$'), "{jp}");
+            }
+        }
+        // The text table names the same join points.
+        let o = bunkai_ok(&["flow", "points", exe.to_str().unwrap()]);
+        let text = String::from_utf8(o.stdout).unwrap();
+        assert_eq!(text.lines().count(), jps.len() + 1, "{text}");
+        assert!(text.lines().next().unwrap().contains("join point"));
+    }
+}
+
+#[test]
+fn tables_need_no_dynamic_relocation() {
+    let d = tempfile::tempdir().unwrap();
+    let pie = d.path().join("packets");
+    flow_cc("packets", &["-O2", "-fPIE", "-pie"], &pie);
+    check_no_dynamic_relocations(&pie);
+    for (ld, tag) in [("-fuse-ld=bfd", "bfd"), ("-fuse-ld=lld", "lld")] {
+        let so = d.path().join(format!("libshapes-{tag}.so"));
+        flow_cc("shapes", &["-O2", "-fPIC", "-shared", ld], &so);
+        check_no_dynamic_relocations(&so);
+        let jps = points(&so);
+        check_sled_bytes(&so, &jps);
+        check_markers("shapes", &jps);
+    }
+}
+
+/// The values a patched sled finds where the table says: (index, function,
+/// line, struct.member|entry, access, {name: value}).
+type Hit = (String, u64, String, String, HashMap<String, u64>);
+
+fn patched_run(name: &str, dir: &Path) -> (Behaviour, Behaviour, Vec<Hit>) {
+    let lib = dir.join("libsledcheck.so");
+    if !lib.exists() {
+        clang_build(
+            &[program("flow/sledcheck.c")],
+            &["-O2", "-shared", "-fPIC"],
+            &lib,
+        );
+    }
+    let exe = dir.join(name);
+    flow_cc(name, &["-O2"], &exe);
+    let log = dir.join(format!("{name}.log"));
+    let plain = run(&exe, &[], &[]);
+    let patched = run(&exe, &[], &[("LD_PRELOAD", &lib), ("BKF_CHECK_LOG", &log)]);
+    let hits = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let t: Vec<&str> = l.split(' ').collect();
+            let vals = t[5..]
+                .iter()
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    (
+                        k.to_string(),
+                        u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap(),
+                    )
+                })
+                .collect();
+            (
+                t[1].to_string(),
+                t[2].parse().unwrap(),
+                t[3].to_string(),
+                t[4].to_string(),
+                vals,
+            )
+        })
+        .collect();
+    (plain, patched, hits)
+}
+
+fn line_of(name: &str, needle: &str) -> u64 {
+    let text = std::fs::read_to_string(src(name)).unwrap();
+    text.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{needle}")) as u64
+        + 1
+}
+
+#[test]
+fn patched_sleds_find_every_operand_where_the_table_says() {
+    let d = tempfile::tempdir().unwrap();
+
+    // locals: values the program computes, at every execution.
+    let (plain, patched, hits) = patched_run("locals", d.path());
+    assert_eq!(plain, patched, "locals with every sled patched");
+    let (last, count, total) = (
+        line_of("locals", "a->last = v;"),
+        line_of("locals", "a->count += n;"),
+        line_of("locals", "a->total += big;"),
+    );
+    let mut seen_v = Vec::new();
+    for (f, line, what, _, v) in &hits {
+        if f != "add" {
+            continue;
+        }
+        if what != "entry" {
+            assert_eq!(v["$base"], v["a"], "{line}");
+        }
+        if *line == last {
+            assert_eq!(v["n"], 7, "the inner n");
+            seen_v.push(v["v"]);
+        } else if *line == count {
+            assert_eq!(v["n"], 3 * v["v"], "the outer n");
+        } else if *line == total {
+            assert!(v["v"] > 10);
+            assert_eq!((v["n"], v["big"]), (3 * v["v"], 3 * v["v"] + 1));
+        }
+    }
+    assert_eq!(seen_v, (0..20).collect::<Vec<u64>>());
+    let watch = hits
+        .iter()
+        .find(|h| h.0 == "watch" && h.3 == "store")
+        .expect("watch's store");
+    assert!(
+        plain
+            .stdout
+            .contains(&format!("count {} ", watch.4["seen"])),
+        "{}",
+        plain.stdout
+    );
+
+    // shapes: addresses of inner structs, doubles in %xmm, a variable in memory.
+    let (plain, patched, hits) = patched_run("shapes", d.path());
+    assert_eq!(plain, patched, "shapes with every sled patched");
+    let loop_line = line_of("shapes", "s += o->pts[k].x");
+    for (f, line, what, _, v) in &hits {
+        match (f.as_str(), what.as_str()) {
+            ("sum_inner", "inner.x") | ("sum_inner", "inner.y") if *line == loop_line => {
+                assert_eq!(v["$base"], v["o"] + 16 + 8 * v["k"], "&o->pts[k]")
+            }
+            ("sum_inner", "inner.x") | ("sum_inner", "inner.y") => {
+                assert_eq!(v["$base"], v["o"] + 8, "&o->in")
+            }
+            ("weigh", "item.w") | ("weigh", "item.tag") => {
+                assert_eq!(v["$base"], v["v"] + 16 * v["i"], "&v[i]")
+            }
+            ("many", "entry") => {
+                assert_eq!((v["a"], v["h"]), (1, 8));
+                assert_eq!((f64::from_bits(v["u"]), f64::from_bits(v["v"])), (1.5, 2.0));
+            }
+            ("escaped", "inner.y") => {
+                assert_eq!(v["local"], 11, "the loaded value of an address-taken local")
+            }
+            _ => {}
+        }
+    }
+    assert!(hits.iter().any(|h| h.0 == "escaped" && h.2 == "inner.y"));
+
+    // packets: thousands of sleds executed, output unchanged, $base the
+    // pointer the code dereferences.
+    let (plain, patched, hits) = patched_run("packets", d.path());
+    assert_eq!(plain, patched, "packets with every sled patched");
+    assert!(hits.len() > 1000, "{} join points executed", hits.len());
+    for (f, _, what, access, v) in &hits {
+        if f == "pkt_clone" && what.starts_with("pkt.") {
+            let owner = if access == "load" { "skb" } else { "n" };
+            assert_eq!(v["$base"], v[owner], "{what} {access}");
+        }
+        if what != "entry" {
+            assert!(v["$base"] != 0 && v["$base"] % 8 == 0, "{what}: {v:?}");
+        }
+    }
+}
+
+#[test]
+fn pass_options_restrict_the_join_points() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("queue-stores");
+    flow_cc(
+        "packets",
+        &[
+            "-O2",
+            "-mllvm",
+            "-bunkai-flow-structs=queue",
+            "-mllvm",
+            "-bunkai-flow-kinds=store",
+        ],
+        &exe,
+    );
+    let jps = points(&exe);
+    assert!(!jps.is_empty());
+    assert!(
+        jps.iter()
+            .all(|j| j["struct"] == "queue" && j["access"] == "store"),
+        "{jps:?}"
+    );
+
+    let exe = d.path().join("clone-only");
+    flow_cc(
+        "packets",
+        &[
+            "-O2",
+            "-mllvm",
+            "-bunkai-flow-functions=pkt_clone",
+            "-mllvm",
+            "-bunkai-flow-locals=false",
+        ],
+        &exe,
+    );
+    let jps = points(&exe);
+    assert_eq!(jps.iter().filter(|j| j["kind"] == "entry").count(), 1);
+    for j in &jps {
+        assert_eq!(j["function"], "pkt_clone");
+        for op in j["operands"].as_array().unwrap() {
+            assert!(op["name"].as_str().unwrap().starts_with('$'), "{j}");
+        }
+    }
+    // Unrestricted, the same program has more.
+    let all = d.path().join("all");
+    flow_cc("packets", &["-O2"], &all);
+    assert!(points(&all).len() > jps.len() + 10);
+}
+
+fn one_line(err: &str) {
+    assert!(
+        err.starts_with("bunkai flow: ") && err.trim_end().lines().count() == 1,
+        "{err:?}"
+    );
+}
+
+#[test]
+fn errors_are_one_clear_line() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, err) = bunkai_fails(&["flow", "points", "/nonexistent"]);
+    one_line(&err);
+
+    // A program built without the pass.
+    let plain = d.path().join("plain");
+    clang_build(&[src("packets")], &["-O2"], &plain);
+    let (_, err) = bunkai_fails(&["flow", "points", plain.to_str().unwrap()]);
+    one_line(&err);
+    assert!(
+        err.contains("no join-point table") && err.contains("bunkai flow cc"),
+        "{err}"
+    );
+
+    // An object file: offsets are not linked yet.
+    let obj = d.path().join("packets.o");
+    flow_cc("packets", &["-O2", "-c"], &obj);
+    let (_, err) = bunkai_fails(&["flow", "points", obj.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("relocatable"), "{err}");
+
+    // A damaged table: the second record's magic.
+    let exe = d.path().join("packets");
+    flow_cc("packets", &["-O2"], &exe);
+    let (lo, _) = table_range(&exe);
+    let sec = sections(&exe)
+        .into_iter()
+        .find(|s| s.0 == "bunkai_flow_jp")
+        .unwrap();
+    let mut data = std::fs::read(&exe).unwrap();
+    let first_len = u32::from_le_bytes(
+        data[sec.2 as usize + 12..sec.2 as usize + 16]
+            .try_into()
+            .unwrap(),
+    ) as usize;
+    let second = 16 + ((first_len + 3) & !3);
+    data[sec.2 as usize + second + 4] ^= 0xff;
+    let bad = d.path().join("damaged");
+    std::fs::write(&bad, &data).unwrap();
+    let (_, err) = bunkai_fails(&["flow", "points", bad.to_str().unwrap()]);
+    one_line(&err);
+    assert!(
+        err.contains(&format!("offset {:#x}", second + 4)) && err.contains("magic"),
+        "{err} (table at {lo:#x})"
+    );
+
+    // clang's own errors are clang's, with its exit status.
+    let out = Command::new(bunkai())
+        .args(["flow", "cc", "-O2", "/nonexistent.c", "-o"])
+        .arg(d.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no such file"),
+        "{out:?}"
+    );
+
+    // The pass used directly without -g says what is missing.
+    let plugin = bunkai()
+        .parent()
+        .unwrap()
+        .join("../lib/bunkai/BunkaiFlow.so");
+    let out = Command::new("clang-14")
+        .arg(format!("-fpass-plugin={}", plugin.display()))
+        .args(["-O2", "-c"])
+        .arg(src("packets"))
+        .arg("-o")
+        .arg(d.path().join("nog.o"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no full debug info") && err.contains("-g"),
+        "{err}"
+    );
+}
