@@ -7,10 +7,14 @@
 //!   at each sled.
 //! - `cc`: `bunkai flow cc`, clang-14 with the pass.
 //! - `points`: `bunkai flow points`, the table as text or JSON.
+//! - `aspect`: the aspect language (the paper's XML), parsed with positions.
+//! - `check`: `bunkai flow check`, what can be known before weaving.
 //!
 //! The layouts shared with the pass and the runtime are in
 //! flow/include/bunkai_flow.h.
+pub mod aspect;
 pub mod cc;
+pub mod check;
 pub mod joinpoints;
 pub mod points;
 #[cfg(test)]

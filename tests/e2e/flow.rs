@@ -581,3 +581,75 @@ fn errors_are_one_clear_line() {
         "{err}"
     );
 }
+
+fn aspect(name: &str) -> PathBuf {
+    program(&format!("flow/aspects/{name}.xml"))
+}
+
+/// `bunkai flow check` on the packets program: what each pointcut of a
+/// good aspect selects, and bad aspects refused with the line and column.
+#[test]
+fn check_selects_join_points_and_refuses_bad_aspects() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("packets");
+    flow_cc("packets", &["-O2"], &exe);
+    let good = aspect("packets");
+    let o = bunkai_ok(&["flow", "check", "--json", good.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    let pcs = v["pointcuts"].as_array().unwrap();
+    let count = |what: &str| -> Vec<(String, u64)> {
+        let p = pcs.iter().find(|p| p["what"] == what).unwrap_or_else(|| panic!("{what}: {v}"));
+        p["joinpoints"].as_array().unwrap().iter().map(|j| (j["function"].as_str().unwrap().to_string(), j["line"].as_u64().unwrap())).collect()
+    };
+    // start: p->data = buf in pkt_alloc; transit: the two n->len = skb->len
+    // accesses; quit: free(p->data); the advice: every access to a pkt.
+    assert_eq!(count("xflow pktflow start 1"), vec![("pkt_alloc".to_string(), line_of("packets", "p->data = buf;"))]);
+    let clone_line = line_of("packets", "n->len = skb->len;");
+    assert_eq!(count("xflow pktflow transit 1"), vec![("pkt_clone".to_string(), clone_line); 2]);
+    assert_eq!(count("xflow pktflow quit 1"), vec![("pkt_free".to_string(), line_of("packets", "free(p->data);"))]);
+    let jps = points(&exe);
+    let pkt_accesses = jps.iter().filter(|j| j["struct"] == "pkt").count();
+    assert_eq!(count("advice 1").len(), pkt_accesses);
+    assert!(pkt_accesses >= 10);
+    let text = String::from_utf8(bunkai_ok(&["flow", "check", good.to_str().unwrap()]).stdout).unwrap();
+    assert_eq!(text, format!("{}: ok: 1 advice, 1 xflow (pktflow)\n", good.display()));
+
+    // Bad aspects: each problem on its own line, the last one the error.
+    let src = std::fs::read_to_string(&good).unwrap();
+    let bad = |name: &str, from: &str, to: &str, progs: &[&str]| -> String {
+        assert!(src.contains(from), "{from}");
+        let p = d.path().join(format!("{name}.xml"));
+        std::fs::write(&p, src.replace(from, to)).unwrap();
+        let mut args = vec!["flow", "check", p.to_str().unwrap()];
+        for x in progs {
+            args.extend(["--program", x]);
+        }
+        let (_, err) = bunkai_fails(&args);
+        for l in err.trim_end().lines() {
+            assert!(l.starts_with(&format!("bunkai flow: {}:", p.display())), "{err}");
+        }
+        err
+    };
+    let e = exe.to_str().unwrap();
+    let err = bad("unknown", "xflow(pktflow, p, id)", "xflow(pkflow, p, id)", &[]);
+    assert!(err.contains("unknown.xml:17:45: unknown xflow pkflow (defined here: pktflow)"), "{err}");
+    let err = bad("invisible", "<copy from=\"skb\" to=\"n\" />", "<copy from=\"skb\" to=\"next\" />", &[e]);
+    assert!(
+        err.contains("invisible.xml:10:5: xflow pktflow transit 1: variable next is not visible at ")
+            && err.contains(&format!("packets.c:{clone_line} in pkt_clone and 1 more join points (visible there: skb, n)")),
+        "{err}"
+    );
+    let err = bad("nowhere", "within_function(pkt_free)", "within_function(pkt_freed)", &[e]);
+    assert!(err.contains("nowhere.xml:13:15: xflow pktflow quit 1: the pointcut selects no join point in "), "{err}");
+    let err = bad("host", "within_function(pkt_free)", "within_function(pkt_free@dom0)", &[e]);
+    assert!(err.contains("host.xml:13:36: no program is on host dom0 (give --program EXE@dom0)"), "{err}");
+    let with_host = format!("{e}@dom0");
+    bunkai_ok(&["flow", "check", d.path().join("host.xml").to_str().unwrap(), "--program", &with_host]);
+    let err = bad("syntax", "access(pkt.%) AND target(p)", "access(pkt.%) target(p)", &[]);
+    one_line(&err);
+    assert!(err.contains("syntax.xml:17:27: unexpected \"target(p)\""), "{err}");
+    let err = bad("xml", "</quit>", "", &[]);
+    one_line(&err);
+    assert!(err.contains("xml.xml:15:1: not well-formed XML: expected 'quit' tag, not 'xflow'"), "{err}");
+}
