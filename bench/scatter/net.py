@@ -48,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import types
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -786,6 +787,73 @@ def machine():
     return f"{os.cpu_count()} CPUs ({cpu}), {mem:,} MiB, {osr}, Linux {os.uname().release}"
 
 
+def write_atomic(path, text):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp_out = path + ".tmp"
+    with open(tmp_out, "w") as f:
+        f.write(text)
+    os.replace(tmp_out, path)
+
+
+def save_state(path, a, b, cmdline, links, sizes, done):
+    """What render needs, as JSON, so that runs (e.g. one per rate, run side
+    by side) can be rendered as one table with --merge."""
+    st = {"cmdline": cmdline, "bandwidths": a.bandwidths, "workloads": a.workloads, "modes": a.modes,
+          "quick": a.quick, "done": done, "links": links, "sizes": sizes,
+          "failures": b.failures,
+          "results": [[*k, v] for k, v in b.results.items()],
+          "ideal": [[*k, v] for k, v in b.ideal.items()],
+          "extra": [[*k, v] for k, v in b.extra.items()]}
+    write_atomic(path, json.dumps(st, indent=1, default=list) + "\n")
+
+
+def checkpoint(a, b, cmdline, links, sizes, done, total):
+    """After each workload at each rate: the table so far and the state, so a
+    run cut short leaves what it measured."""
+    text = render(a, b, cmdline, links, sizes)
+    if done < total:
+        text = text.replace("\n## How measured", f"\n**Partial:** {done} of {total} workload-rate "
+                            "pairs measured so far; this run has not finished.\n\n## How measured", 1)
+    write_atomic(a.out, text)
+    save_state(a.out + ".json", a, b, cmdline, links, sizes, done == total)
+
+
+def merge(a):
+    """Renders the state files of several runs as one table."""
+    states = [json.load(open(p)) for p in a.merge]
+    _, wls = programs_and_workloads(a.work)
+    order = ["vim-init", "sqlite3-init", "sqlite3-query", "demo1", "demo2"]
+    a.workloads = [w for w in order if any(w in st["workloads"] for st in states)]
+    a.bandwidths = sorted({k for st in states for k in st["bandwidths"]})
+    a.modes = [m for m in MODES if any(m in st["modes"] for st in states)]
+    a.quick = all(st["quick"] for st in states)
+    b = types.SimpleNamespace(wls=wls, results={}, ideal={}, extra={}, failures=[])
+    links, sizes = {}, {}
+    for st in states:
+        b.failures += st["failures"]
+        for wk, k, m, v in st["results"]:
+            b.results[(wk, k, m)] = v
+        for wk, k, v in st["ideal"]:
+            b.ideal[(wk, k)] = v
+        for wk, k, m, v in st["extra"]:
+            b.extra[(wk, k, m)] = v
+        links.update({k: got for k, got in st["links"]})
+        for sz in st["sizes"]:
+            sizes.setdefault(sz["prog"], sz)
+    unfinished = [p for p, st in zip(a.merge, states) if not st["done"]]
+    cmdline = " + ".join(f"`{st['cmdline']}`" for st in states).strip("`")
+    text = render(a, b, cmdline, sorted(links.items()), list(sizes.values()))
+    note = ("\n**Merged** from runs made side by side on this machine (one per group of rates; "
+            "each run's sizes are the same programs and groups): " +
+            "; ".join(f"`{st['cmdline']}`" for st in states) + ".\n")
+    if unfinished:
+        note += f"\n**Partial:** {', '.join(unfinished)} had not finished.\n"
+    text = text.replace("\n## How measured", note + "\n## How measured", 1)
+    write_atomic(a.out, text)
+    print(text)
+    return 0
+
+
 def render(a, b, cmdline, links, sizes):
     modes = a.modes
     def med(k):
@@ -919,7 +987,11 @@ def parse_args():
     ap.add_argument("--modes", default="a,b,c,d,e", help="which of a-e to measure (default all)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/scatter-net.md"))
     ap.add_argument("--work", default=os.path.join(ROOT, "build/bench/scatter-net"))
+    ap.add_argument("--merge", nargs="+", metavar="STATE.json",
+                    help="measure nothing: render one table from the state files of earlier runs "
+                         "(each run writes OUT.json beside OUT), e.g. one run per rate run side by side")
     a = ap.parse_args()
+    a.work = os.path.abspath(a.work)  # profiles run in scratch directories
     all_wl = ["vim-init", "sqlite3-init", "sqlite3-query", "demo1", "demo2"]
     a.bandwidths = [int(x) for x in (a.bandwidths or ("1000" if a.quick else "100,500,1000")).split(",")]
     wl = (a.workloads or ("sqlite3-init,demo1" if a.quick else ",".join(all_wl))).split(",")
@@ -937,6 +1009,8 @@ def parse_args():
 
 def main():
     a = parse_args()
+    if a.merge:
+        return merge(a)
     if os.geteuid() != 0:
         sys.exit("bench-net: must run as root (network namespaces, tc, mounts)")
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -1026,6 +1100,7 @@ def main():
         # --- measurements ------------------------------------------------------
         links = []
         timed = [m for m in a.modes if m != "e"]
+        total, done = len(a.bandwidths) * len(a.workloads), 0
         for k in a.bandwidths:
             lab.shape(k)
             log(f"shaped: {lab.qdiscs()}")
@@ -1041,13 +1116,12 @@ def main():
                     s = next(s for s in sizes if s["prog"] == w.prog)
                     bench.ideal[(wk, k)] = s["ideal"][wk] * 8 / (k * 1000) + bench.native[wk]
                     log(f"{w.label} @ {k} kbit/s (e) ideal: {bench.ideal[(wk, k)]:.3f} s")
+                done += 1
+                checkpoint(a, bench, cmdline, links, sizes, done, total)
 
         text = render(a, bench, cmdline, links, sizes)
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        tmp_out = a.out + ".tmp"
-        with open(tmp_out, "w") as f:
-            f.write(text)
-        os.replace(tmp_out, a.out)
+        write_atomic(a.out, text)
+        save_state(a.out + ".json", a, bench, cmdline, links, sizes, True)
         print(text)
         log(f"wrote {a.out}")
         if bench.failures:

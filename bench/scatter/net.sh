@@ -5,6 +5,13 @@
 #   bench/scatter/net.sh [--quick] [--bandwidths 100,500,1000]
 #       [--workloads sqlite3-init,sqlite3-query,demo1,demo2,vim-init]
 #       [--modes a,b,c,d,e] [--out FILE] [--work DIR]
+#   bench/scatter/net.sh --merge A.md.json B.md.json [--out FILE]
+#
+# After each workload at each rate the table so far is written to --out
+# (marked partial) with its raw state in OUT.json, so a run cut short keeps
+# what it measured. Runs of different rates can go side by side (each with
+# its own --work copy, as they group the programs themselves) and be
+# rendered as one table with --merge.
 #
 # --quick: 1 Mbit/s only, sqlite3-init and demo1, one repetition (minutes).
 # The full table takes well over an hour (at 100 kbit/s, downloading demo1
