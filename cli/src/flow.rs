@@ -1,5 +1,6 @@
 //! `bunkai flow`: XenLASY (seed 003). `cc` builds a program with the
-//! join-point pass; `points` lists the join points it carries.
+//! join-point pass; `points` lists the join points it carries; `check`
+//! checks an aspect against them.
 
 use std::process::ExitCode;
 
@@ -22,11 +23,23 @@ enum FlowCmd {
     Cc(bunkai_flow::cc::CcArgs),
     /// List the join points of an executable or shared object (--json for tools)
     Points(bunkai_flow::points::PointsArgs),
+    /// Check an aspect (XML) before weaving: syntax, xflow names, xin/xout
+    /// pairs, fields, and with --program the join points each pointcut
+    /// selects and the variables visible there
+    Check(bunkai_flow::check::CheckArgs),
+    /// The records STORE_DATA left in each process's buffer (--json for tools)
+    Dump(bunkai_flow::report::DumpArgs),
+    /// Per-flow timelines from every process's buffer (Table 2); --chrome and
+    /// --otel export them for trace viewers
+    Report(bunkai_flow::report::ReportArgs),
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     match a.cmd {
         FlowCmd::Cc(c) => bunkai_flow::cc::run(&c),
         FlowCmd::Points(p) => bunkai_flow::points::run(&p),
+        FlowCmd::Check(c) => bunkai_flow::check::run(&c),
+        FlowCmd::Dump(d) => bunkai_flow::report::dump(&d),
+        FlowCmd::Report(r) => bunkai_flow::report::report(&r),
     }
 }

@@ -9,12 +9,17 @@
 //! - `points`: `bunkai flow points`, the table as text or JSON.
 //! - `aspect`: the aspect language (the paper's XML), parsed with positions.
 //! - `check`: `bunkai flow check`, what can be known before weaving.
+//! - `buffer`: the per-process record buffers STORE_DATA fills.
+//! - `report`: `bunkai flow dump` and `report` (timelines per flow, Chrome
+//!   trace and OpenTelemetry export).
 //!
 //! The layouts shared with the pass and the runtime are in
 //! flow/include/bunkai_flow.h.
 pub mod aspect;
+pub mod buffer;
 pub mod cc;
 pub mod check;
+pub mod report;
 pub mod joinpoints;
 pub mod points;
 #[cfg(test)]

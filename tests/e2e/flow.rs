@@ -653,3 +653,124 @@ fn check_selects_join_points_and_refuses_bad_aspects() {
     one_line(&err);
     assert!(err.contains("xml.xml:15:1: not well-formed XML: expected 'quit' tag, not 'xflow'"), "{err}");
 }
+
+/// `bunkai flow dump` and `report` on the buffers of a real two-process
+/// run (records.c does by hand what woven advice does): every flow's
+/// timeline crosses from the front end to the back end, and the Chrome and
+/// OpenTelemetry exports hold every step.
+#[test]
+fn dump_and_report_follow_flows_across_processes() {
+    let d = tempfile::tempdir().unwrap();
+    let lib = bunkai().parent().unwrap().join("../lib/bunkai");
+    let inc = root().join("flow/include");
+    let exe = d.path().join("records");
+    let (i, l, r) = (format!("-I{}", inc.display()), format!("-L{}", lib.display()), format!("-Wl,-rpath,{}", lib.display()));
+    flow_cc("records", &["-O2", &i, &l, "-lbunkai-flow", &r], &exe);
+    let jps = points(&exe);
+    let entry = |f: &str| -> String {
+        jps.iter().find(|j| j["kind"] == "entry" && j["function"] == f).unwrap_or_else(|| panic!("{f}"))["index"].to_string()
+    };
+    let fns = ["pkt_alloc", "pkt_clone", "front_send", "back_recv", "pkt_free"];
+    let bufs = d.path().join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    let n = 30;
+    let mut args = vec![n.to_string()];
+    args.extend(fns.iter().map(|f| entry(f)));
+    let out = Command::new(&exe)
+        .args(&args)
+        .env("BUNKAI_FLOW_DIR", &bufs)
+        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
+        .env("BUNKAI_FLOW_BUF", "1M")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let with_dir = |args: &[&str]| -> std::process::Output {
+        let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+
+    // dump: two processes' buffers, every record complete
+    let v: Value = serde_json::from_slice(&with_dir(&["flow", "dump", "--json"]).stdout).unwrap();
+    let b = v["buffers"].as_array().unwrap();
+    assert_eq!(b.len(), 2, "{v}");
+    let clones = (n + 2) / 3;
+    let counts: Vec<usize> = b.iter().map(|x| x["records"].as_array().unwrap().len()).collect();
+    let (front, back) = if counts[0] > counts[1] { (0, 1) } else { (1, 0) };
+    assert_eq!(counts[front], n + clones + n + clones); // alloc, clone, send, free of the clones
+    assert_eq!(counts[back], 2 * n); // recv, free
+    for x in b {
+        assert_eq!((x["dropped"].as_u64(), x["incomplete"].as_u64()), (Some(0), Some(0)));
+        assert_eq!(x["exe"], exe.to_str().unwrap());
+    }
+
+    // report: a flow per packet, crossing the processes in order
+    let v: Value = serde_json::from_slice(&with_dir(&["flow", "report", "--json"]).stdout).unwrap();
+    let flows = v["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), n);
+    let line = |f: &str| line_of("records", &format!("{f}(")) ;
+    let mut six = 0;
+    for f in flows {
+        let steps = f["steps"].as_array().unwrap();
+        let names: Vec<&str> = steps.iter().map(|s| s["function"].as_str().unwrap()).collect();
+        assert_eq!(names[0], "pkt_alloc", "{f}");
+        assert!(names.contains(&"front_send") && names.contains(&"back_recv"), "{f}");
+        let send = names.iter().position(|&x| x == "front_send").unwrap();
+        let recv = names.iter().position(|&x| x == "back_recv").unwrap();
+        assert!(send < recv, "{f}");
+        assert_ne!(steps[send]["pid"], steps[recv]["pid"], "{f}");
+        assert_eq!(steps[recv]["pid"], b[back]["pid"]);
+        for s in steps {
+            let fname = s["function"].as_str().unwrap();
+            assert_eq!(s["line"].as_u64().unwrap(), line(fname), "{s}");
+            assert!(s["file"].as_str().unwrap().ends_with("records.c"));
+        }
+        let el: Vec<f64> = steps.iter().map(|s| s["elapsed_us"].as_f64().unwrap()).collect();
+        assert!(el.windows(2).all(|w| w[0] <= w[1]) && el[0] == 0.0, "{el:?}");
+        match steps.len() {
+            6 => six += 1,
+            4 => {}
+            k => panic!("{k} steps: {f}"),
+        }
+    }
+    assert_eq!(six, clones, "flows with a clone");
+
+    // one flow, and the exports
+    let first = flows[0]["flow"].as_str().unwrap().to_string();
+    let chrome = d.path().join("trace.json");
+    let otel = d.path().join("otel.json");
+    let o = with_dir(&["flow", "report", "--flow", &first, "--chrome", chrome.to_str().unwrap(), "--otel", otel.to_str().unwrap()]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.starts_with(&format!("flow {first}: ")), "{text}");
+    assert!(text.contains("records.c:") && text.contains("back_recv") && text.contains("elapsed [us]"), "{text}");
+    let c: Value = serde_json::from_slice(&std::fs::read(&chrome).unwrap()).unwrap();
+    let ev = c["traceEvents"].as_array().unwrap();
+    let steps = flows[0]["steps"].as_array().unwrap().len();
+    assert_eq!(ev.iter().filter(|e| e["ph"] == "X").count(), steps);
+    assert_eq!(ev.iter().filter(|e| e["ph"] == "s").count(), 1);
+    assert_eq!(ev.iter().filter(|e| e["ph"] == "f").count(), 1);
+    let o: Value = serde_json::from_slice(&std::fs::read(&otel).unwrap()).unwrap();
+    let spans: Vec<&Value> = o["resourceSpans"].as_array().unwrap().iter().flat_map(|r| r["scopeSpans"][0]["spans"].as_array().unwrap()).collect();
+    assert_eq!(spans.len(), steps);
+    assert!(spans.iter().all(|s| s["traceId"] == spans[0]["traceId"] && s["traceId"].as_str().unwrap().len() == 32));
+    assert_eq!(spans.iter().filter(|s| s.get("parentSpanId").is_none()).count(), 1);
+
+    // bad input: one line each
+    let mut data = std::fs::read(&b[front]["file"].as_str().map(PathBuf::from).unwrap()).unwrap();
+    data[304] = 12; // the first record's size
+    let bad = d.path().join("bad.buf");
+    std::fs::write(&bad, &data).unwrap();
+    let (_, err) = bunkai_fails(&["flow", "dump", bad.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("offset 0x130: record size 12"), "{err}");
+    let (_, err) = bunkai_fails(&["flow", "report", exe.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("not a bunkai flow buffer"), "{err}");
+    let empty = d.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let o = Command::new(bunkai()).args(["flow", "report"]).env("BUNKAI_FLOW_DIR", &empty).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    one_line(&err);
+    assert!(err.contains("no bunkai-flow.*.buf in"), "{err}");
+}

@@ -1,0 +1,282 @@
+//! Reading the record buffers that STORE_DATA fills (bunkai_flow.h §3):
+//! one file per process, BKF_BUF_DIR/bunkai-flow.<pid>.buf. A buffer is
+//! untrusted input (a process may have died mid-write, a file may be cut
+//! or damaged), so every field is checked and a damaged one is named with
+//! its byte offset.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+pub const BUF_MAGIC: u32 = 0x4655_4246;
+pub const VERSION: u32 = 1;
+pub const HEADER: usize = 304;
+pub const REC_HEADER: usize = 32;
+pub const REC_DONE: u16 = 1;
+/// The runtime cuts a record's values at this many.
+pub const MAX_VALS: usize = 1024;
+/// Where buffers are unless BUNKAI_FLOW_DIR says otherwise.
+pub const DEFAULT_DIR: &str = "/dev/shm";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// CLOCK_REALTIME when the advice ran.
+    pub ns: u64,
+    /// The sled's address ($pc$).
+    pub pc: u64,
+    pub tid: u32,
+    /// Index in the program's join-point table, or None (~0).
+    pub jp: Option<u32>,
+    pub vals: Vec<u64>,
+    /// Byte offset of the record in the file.
+    pub offset: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Buffer {
+    pub path: PathBuf,
+    pub pid: u32,
+    pub host_tag: u32,
+    pub host: String,
+    pub exe: String,
+    pub capacity: u64,
+    /// Bytes reserved (may run past capacity when records were dropped).
+    pub head: u64,
+    pub dropped: u64,
+    pub started_ns: u64,
+    pub records: Vec<Record>,
+    /// Records reserved but never completed (a writer was interrupted or
+    /// died), skipped.
+    pub incomplete: u64,
+}
+
+fn u16_at(d: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes(d[o..o + 2].try_into().unwrap())
+}
+fn u32_at(d: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(d[o..o + 4].try_into().unwrap())
+}
+fn u64_at(d: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(d[o..o + 8].try_into().unwrap())
+}
+fn cstr(d: &[u8]) -> String {
+    let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
+    String::from_utf8_lossy(&d[..end]).into_owned()
+}
+
+/// Parses a buffer's bytes. `Err` names what is wrong and where.
+pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
+    if d.len() < HEADER {
+        return Err(format!("{} bytes, shorter than the {HEADER}-byte header", d.len()));
+    }
+    let magic = u32_at(d, 0);
+    if magic != BUF_MAGIC {
+        return Err(if magic == 0 {
+            "no header yet (magic 0: the process is creating it, or died first)".into()
+        } else {
+            format!("offset 0: magic {magic:#x}, not a bunkai flow buffer")
+        });
+    }
+    let version = u32_at(d, 4);
+    if version != VERSION {
+        return Err(format!("offset 4: buffer version {version}, this bunkai reads {VERSION}"));
+    }
+    let capacity = u64_at(d, 16);
+    let head = u64_at(d, 24);
+    let area = d.len() - HEADER;
+    if capacity > area as u64 {
+        return Err(format!(
+            "offset 16: capacity {capacity} but the file holds {area} bytes after the header (cut short?)"
+        ));
+    }
+    let limit = head.min(capacity) as usize;
+    let mut b = Buffer {
+        path: PathBuf::new(),
+        pid: u32_at(d, 8),
+        host_tag: u32_at(d, 12),
+        host: cstr(&d[48..112]),
+        exe: cstr(&d[112..304]),
+        capacity,
+        head,
+        dropped: u64_at(d, 32),
+        started_ns: u64_at(d, 40),
+        records: Vec::new(),
+        incomplete: 0,
+    };
+    let mut off = 0usize;
+    while off + 8 <= limit {
+        let at = HEADER + off;
+        let size = u32_at(d, at) as usize;
+        if size == 0 {
+            break; // not written yet
+        }
+        let nvals = u16_at(d, at + 4) as usize;
+        let flags = u16_at(d, at + 6);
+        if size < REC_HEADER || size % 8 != 0 || off + size > limit {
+            return Err(format!("offset {at:#x}: record size {size} (damaged buffer)"));
+        }
+        if flags & REC_DONE == 0 {
+            b.incomplete += 1;
+            off += size;
+            continue;
+        }
+        if nvals > MAX_VALS || REC_HEADER + 8 * nvals != size {
+            return Err(format!("offset {:#x}: {nvals} values in a {size}-byte record (damaged buffer)", at + 4));
+        }
+        let jp = u32_at(d, at + 28);
+        b.records.push(Record {
+            ns: u64_at(d, at + 8),
+            pc: u64_at(d, at + 16),
+            tid: u32_at(d, at + 24),
+            jp: (jp != u32::MAX).then_some(jp),
+            vals: (0..nvals).map(|k| u64_at(d, at + REC_HEADER + 8 * k)).collect(),
+            offset: at,
+        });
+        off += size;
+    }
+    Ok(b)
+}
+
+pub fn read(path: &Path) -> Result<Buffer> {
+    let d = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    match parse(&d) {
+        Ok(mut b) => {
+            b.path = path.to_path_buf();
+            Ok(b)
+        }
+        Err(e) => bail!("{}: {e}", path.display()),
+    }
+}
+
+/// The buffer directory: BUNKAI_FLOW_DIR, else /dev/shm.
+pub fn dir() -> PathBuf {
+    match std::env::var_os("BUNKAI_FLOW_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(DEFAULT_DIR),
+    }
+}
+
+/// The buffers to read: the files given, else every bunkai-flow.*.buf in
+/// the buffer directory (sorted by name).
+pub fn find(given: &[PathBuf], dir: &Path) -> Result<Vec<PathBuf>> {
+    if !given.is_empty() {
+        return Ok(given.to_vec());
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("bunkai-flow.") && n.ends_with(".buf"))
+        })
+        .collect();
+    v.sort();
+    if v.is_empty() {
+        bail!(
+            "no bunkai-flow.*.buf in {} (run the woven program first, or give the buffer files; BUNKAI_FLOW_DIR moves them)",
+            dir.display()
+        );
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+
+    /// A buffer as the runtime writes it.
+    pub fn make(pid: u32, host: &str, exe: &str, cap: usize, recs: &[(u64, u64, u32, u32, Vec<u64>)]) -> Vec<u8> {
+        let mut d = vec![0u8; HEADER + cap];
+        d[0..4].copy_from_slice(&BUF_MAGIC.to_le_bytes());
+        d[4..8].copy_from_slice(&VERSION.to_le_bytes());
+        d[8..12].copy_from_slice(&pid.to_le_bytes());
+        d[16..24].copy_from_slice(&(cap as u64).to_le_bytes());
+        d[40..48].copy_from_slice(&1_000u64.to_le_bytes());
+        d[48..48 + host.len()].copy_from_slice(host.as_bytes());
+        d[112..112 + exe.len()].copy_from_slice(exe.as_bytes());
+        let mut off = 0usize;
+        for (ns, pc, tid, jp, vals) in recs {
+            let at = HEADER + off;
+            let size = 32 + 8 * vals.len();
+            d[at..at + 4].copy_from_slice(&(size as u32).to_le_bytes());
+            d[at + 4..at + 6].copy_from_slice(&(vals.len() as u16).to_le_bytes());
+            d[at + 6..at + 8].copy_from_slice(&REC_DONE.to_le_bytes());
+            d[at + 8..at + 16].copy_from_slice(&ns.to_le_bytes());
+            d[at + 16..at + 24].copy_from_slice(&pc.to_le_bytes());
+            d[at + 24..at + 28].copy_from_slice(&tid.to_le_bytes());
+            d[at + 28..at + 32].copy_from_slice(&jp.to_le_bytes());
+            for (k, v) in vals.iter().enumerate() {
+                d[at + 32 + 8 * k..at + 40 + 8 * k].copy_from_slice(&v.to_le_bytes());
+            }
+            off += size;
+        }
+        d[24..32].copy_from_slice(&(off as u64).to_le_bytes());
+        d
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let d = make(42, "linuxU", "/bin/x", 4096, &[(5_000, 0x401000, 7, 3, vec![1, 2, 3]), (6_000, 0x401100, 8, u32::MAX, vec![])]);
+        let b = parse(&d).unwrap();
+        assert_eq!((b.pid, b.host.as_str(), b.exe.as_str(), b.dropped), (42, "linuxU", "/bin/x", 0));
+        assert_eq!(b.records.len(), 2);
+        assert_eq!(b.records[0], Record { ns: 5_000, pc: 0x401000, tid: 7, jp: Some(3), vals: vec![1, 2, 3], offset: HEADER });
+        assert_eq!(b.records[1].jp, None);
+    }
+
+    #[test]
+    fn incomplete_records_are_skipped_and_damage_is_named() {
+        let mut d = make(1, "h", "e", 4096, &[(1, 2, 3, 4, vec![9]), (5, 6, 7, 8, vec![10])]);
+        d[HEADER + 6] = 0; // the first record was never finished
+        let b = parse(&d).unwrap();
+        assert_eq!((b.records.len(), b.incomplete), (1, 1));
+        assert_eq!(b.records[0].vals, vec![10]);
+
+        let mut bad = make(1, "h", "e", 4096, &[(1, 2, 3, 4, vec![9])]);
+        bad[HEADER] = 12; // size not a multiple of 8
+        assert!(parse(&bad).unwrap_err().contains(&format!("offset {HEADER:#x}: record size 12")));
+        let mut bad = make(1, "h", "e", 4096, &[(1, 2, 3, 4, vec![9])]);
+        bad[HEADER + 4] = 5; // 5 values in a 40-byte record
+        assert!(parse(&bad).unwrap_err().contains("5 values in a 40-byte record"));
+        let good = make(1, "h", "e", 4096, &[]);
+        assert!(parse(&good[..HEADER + 100]).unwrap_err().contains("cut short"));
+        assert!(parse(&good[..100]).unwrap_err().contains("shorter than"));
+        let mut other = good.clone();
+        other[0] = 1;
+        assert!(parse(&other).unwrap_err().contains("not a bunkai flow buffer"));
+        let mut v2 = good;
+        v2[4] = 2;
+        assert!(parse(&v2).unwrap_err().contains("buffer version 2"));
+    }
+
+    #[test]
+    fn a_full_buffer_reads_up_to_capacity() {
+        let mut d = make(1, "h", "e", 64, &[(1, 2, 3, 4, vec![9])]);
+        d[24..32].copy_from_slice(&1000u64.to_le_bytes()); // head ran past capacity
+        d[32..40].copy_from_slice(&7u64.to_le_bytes());
+        let b = parse(&d).unwrap();
+        assert_eq!((b.records.len(), b.dropped), (1, 7));
+    }
+
+    /// Mutated buffers never panic the reader.
+    #[test]
+    fn fuzzed_buffers_fail_cleanly() {
+        let base = make(9, "host", "/exe", 2048, &[(1, 2, 3, 4, vec![5, 6]), (7, 8, 9, 10, vec![]), (11, 12, 13, 14, vec![15])]);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            let mut d = base.clone();
+            for _ in 0..(seed % 4 + 1) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let at = (seed % (HEADER as u64 + 200)) as usize;
+                if seed % 7 == 0 {
+                    d.truncate(at);
+                } else if at < d.len() {
+                    d[at] = (seed >> 16) as u8;
+                }
+            }
+            let _ = parse(&d);
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! `bunkai flow dump` and `bunkai flow report` (seed 003 §4.1, Table 2):
+//! the records STORE_DATA left in the buffers of every process, as they are
+//! (dump), or merged by flow ID into per-flow timelines: elapsed µs,
+//! process and host, file, line, function. The report also exports Chrome
+//! trace / Perfetto JSON (one instant per record, flow arrows linking a
+//! flow's records across threads and processes) and OpenTelemetry spans
+//! (OTLP JSON: one trace per flow, one span per step), so existing viewers
+//! can show them.
+//!
+//! A record's join point (its index in the program's table) is resolved
+//! through the program named in the buffer's header, when it is readable.
+
+use crate::buffer::{self, Buffer, Record};
+use crate::joinpoints::{self, JoinPoint};
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct DumpArgs {
+    /// Buffer files (default: every bunkai-flow.*.buf in $BUNKAI_FLOW_DIR or /dev/shm)
+    pub buffers: Vec<PathBuf>,
+    /// One JSON document instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// Buffer files (default: every bunkai-flow.*.buf in $BUNKAI_FLOW_DIR or /dev/shm)
+    pub buffers: Vec<PathBuf>,
+    /// Which stored value is the flow ID, counted from 0; negative counts
+    /// from the end (default -1: the last, as in STORE_DATA3($pc$, tsc, id))
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub id_value: i64,
+    /// Only this flow (decimal or 0x hex)
+    #[arg(long)]
+    pub flow: Option<String>,
+    /// Also write Chrome trace / Perfetto JSON here
+    #[arg(long, value_name = "FILE")]
+    pub chrome: Option<PathBuf>,
+    /// Also write OpenTelemetry spans (OTLP JSON) here
+    #[arg(long, value_name = "FILE")]
+    pub otel: Option<PathBuf>,
+    /// One JSON document instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Join points by program path, read once each.
+struct Tables(HashMap<String, Option<Vec<JoinPoint>>>);
+
+impl Tables {
+    fn jp<'a>(&'a mut self, exe: &str, index: Option<u32>) -> Option<&'a JoinPoint> {
+        let i = index? as usize;
+        let t = self.0.entry(exe.to_string()).or_insert_with(|| joinpoints::read(std::path::Path::new(exe)).ok());
+        t.as_ref()?.get(i)
+    }
+}
+
+fn load(given: &[PathBuf]) -> Result<Vec<Buffer>> {
+    let files = buffer::find(given, &buffer::dir())?;
+    files.iter().map(|p| buffer::read(p)).collect()
+}
+
+fn out(text: &str) -> Result<()> {
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+fn place(t: &mut Tables, b: &Buffer, r: &Record) -> (String, String, u32) {
+    match t.jp(&b.exe, r.jp) {
+        Some(jp) => (jp.function.clone(), jp.file.clone(), jp.line),
+        None => ("?".into(), "?".into(), 0),
+    }
+}
+
+fn short(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
+    let bufs = load(&a.buffers)?;
+    let mut t = Tables(HashMap::new());
+    let t0 = bufs.iter().map(|b| b.started_ns).min().unwrap_or(0);
+    if a.json {
+        let v: Vec<Value> = bufs
+            .iter()
+            .map(|b| {
+                let recs: Vec<Value> = b
+                    .records
+                    .iter()
+                    .map(|r| {
+                        let (f, file, line) = place(&mut t, b, r);
+                        json!({"ns": r.ns, "pc": format!("{:#x}", r.pc), "tid": r.tid, "jp": r.jp,
+                               "function": f, "file": file, "line": line, "values": r.vals})
+                    })
+                    .collect();
+                json!({"file": b.path.display().to_string(), "pid": b.pid, "host": b.host, "exe": b.exe,
+                       "capacity": b.capacity, "used": b.head.min(b.capacity), "dropped": b.dropped,
+                       "incomplete": b.incomplete, "started_ns": b.started_ns, "records": recs})
+            })
+            .collect();
+        out(&(serde_json::to_string_pretty(&json!({"buffers": v}))? + "\n"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut s = String::new();
+    for b in &bufs {
+        s += &format!(
+            "# {}: pid {} on {}, {}: {} records, {} of {} bytes used, {} dropped, {} incomplete\n",
+            b.path.display(),
+            b.pid,
+            b.host,
+            b.exe,
+            b.records.len(),
+            b.head.min(b.capacity),
+            b.capacity,
+            b.dropped,
+            b.incomplete
+        );
+        for r in &b.records {
+            let (f, file, line) = place(&mut t, b, r);
+            let vals: Vec<String> = r.vals.iter().map(|v| format!("{v:#x}")).collect();
+            s += &format!(
+                "{:>14.3} us  tid {:<7} {:#x}  {}:{} {}  [{}]\n",
+                r.ns.saturating_sub(t0) as f64 / 1e3,
+                r.tid,
+                r.pc,
+                short(&file),
+                line,
+                f,
+                vals.join(" ")
+            );
+        }
+    }
+    out(&s)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One step of a flow.
+struct Step {
+    ns: u64,
+    buf: usize,
+    tid: u32,
+    pc: u64,
+    function: String,
+    file: String,
+    line: u32,
+    vals: Vec<u64>,
+}
+
+fn parse_id(s: &str) -> Result<u64> {
+    let v = match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    v.map_err(|_| anyhow::anyhow!("--flow {s}: not a flow ID (give it in decimal or 0x hex)"))
+}
+
+pub fn report(a: &ReportArgs) -> Result<ExitCode> {
+    let bufs = load(&a.buffers)?;
+    let only = a.flow.as_deref().map(parse_id).transpose()?;
+    let mut t = Tables(HashMap::new());
+    let mut flows: BTreeMap<u64, Vec<Step>> = BTreeMap::new();
+    let mut without = 0u64;
+    for (bi, b) in bufs.iter().enumerate() {
+        for r in &b.records {
+            let k = if a.id_value < 0 { r.vals.len() as i64 + a.id_value } else { a.id_value };
+            let id = match usize::try_from(k).ok().and_then(|k| r.vals.get(k)) {
+                Some(&id) if id != 0 => id,
+                _ => {
+                    without += 1;
+                    continue;
+                }
+            };
+            if only.is_some_and(|o| o != id) {
+                continue;
+            }
+            let (function, file, line) = place(&mut t, b, r);
+            flows.entry(id).or_default().push(Step { ns: r.ns, buf: bi, tid: r.tid, pc: r.pc, function, file, line, vals: r.vals.clone() });
+        }
+    }
+    for steps in flows.values_mut() {
+        steps.sort_by_key(|s| (s.ns, s.buf, s.tid));
+    }
+    if flows.is_empty() {
+        bail!(
+            "no record carries a flow ID (value {} of each record){} (check --id-value, or that the flow's start ran)",
+            a.id_value,
+            if only.is_some() { " matching --flow" } else { "" }
+        );
+    }
+    let proc_name = |bi: usize| format!("{}/{}", bufs[bi].host, bufs[bi].pid);
+    if let Some(p) = &a.chrome {
+        bunkai_scatter::util::write_atomic(p, (serde_json::to_string(&chrome(&bufs, &flows))? + "\n").as_bytes())?;
+    }
+    if let Some(p) = &a.otel {
+        bunkai_scatter::util::write_atomic(p, (serde_json::to_string(&otel(&bufs, &flows))? + "\n").as_bytes())?;
+    }
+    if a.json {
+        let v: Vec<Value> = flows
+            .iter()
+            .map(|(id, steps)| {
+                let t0 = steps[0].ns;
+                json!({"flow": format!("{id:#x}"), "steps": steps.iter().map(|s| json!({
+                    "elapsed_us": (s.ns - t0) as f64 / 1e3, "ns": s.ns, "process": proc_name(s.buf),
+                    "pid": bufs[s.buf].pid, "host": bufs[s.buf].host, "tid": s.tid, "pc": format!("{:#x}", s.pc),
+                    "file": s.file, "line": s.line, "function": s.function, "values": s.vals,
+                })).collect::<Vec<_>>()})
+            })
+            .collect();
+        out(&(serde_json::to_string_pretty(&json!({"flows": v, "records_without_flow": without}))? + "\n"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut s = String::new();
+    for (id, steps) in &flows {
+        let t0 = steps[0].ns;
+        let mut procs: Vec<usize> = steps.iter().map(|s| s.buf).collect();
+        procs.sort();
+        procs.dedup();
+        s += &format!(
+            "flow {id:#x}: {} step{}, {} process{}, {:.1} us\n",
+            steps.len(),
+            if steps.len() == 1 { "" } else { "s" },
+            procs.len(),
+            if procs.len() == 1 { "" } else { "es" },
+            (steps.last().unwrap().ns - t0) as f64 / 1e3
+        );
+        let pw = steps.iter().map(|x| proc_name(x.buf).len()).max().unwrap_or(7).max(7);
+        let fw = steps.iter().map(|x| short(&x.file).len() + 1 + x.line.to_string().len()).max().unwrap_or(4).max(4);
+        s += &format!("  {:>12}  {:<pw$}  {:<fw$}  {}\n", "elapsed [us]", "process", "file:line", "function");
+        for x in steps {
+            let fl = format!("{}:{}", short(&x.file), x.line);
+            s += &format!("  {:>12.1}  {:<pw$}  {:<fw$}  {}\n", (x.ns - t0) as f64 / 1e3, proc_name(x.buf), fl, x.function);
+        }
+    }
+    if without > 0 {
+        s += &format!("({without} record{} without a flow ID not shown)\n", if without == 1 { "" } else { "s" });
+    }
+    out(&s)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Chrome trace event format: an instant per step, and flow events (s, t,
+/// f) binding each flow's steps so viewers draw arrows between them.
+fn chrome(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
+    let mut ev = Vec::new();
+    for (bi, b) in bufs.iter().enumerate() {
+        ev.push(json!({"ph": "M", "name": "process_name", "pid": bi + 1,
+                       "args": {"name": format!("{} pid {} ({})", b.host, b.pid, short(&b.exe))}}));
+    }
+    for (id, steps) in flows {
+        for (k, s) in steps.iter().enumerate() {
+            let ts = s.ns as f64 / 1e3;
+            let (pid, tid) = (s.buf + 1, s.tid);
+            ev.push(json!({"ph": "X", "name": s.function, "cat": "bunkai-flow", "pid": pid, "tid": tid, "ts": ts, "dur": 0.1,
+                           "args": {"flow": format!("{id:#x}"), "file": s.file, "line": s.line, "pc": format!("{:#x}", s.pc), "values": s.vals}}));
+            if steps.len() > 1 {
+                let ph = if k == 0 { "s" } else if k + 1 == steps.len() { "f" } else { "t" };
+                let mut e = json!({"ph": ph, "name": "flow", "cat": "bunkai-flow", "id": format!("{id:#x}"), "pid": pid, "tid": tid, "ts": ts});
+                if ph != "s" {
+                    e["bp"] = json!("e");
+                }
+                ev.push(e);
+            }
+        }
+    }
+    json!({"traceEvents": ev, "displayTimeUnit": "ns"})
+}
+
+fn kv(key: &str, v: Value) -> Value {
+    json!({"key": key, "value": v})
+}
+
+/// OTLP JSON: a resource per process, a trace per flow (its ID in the trace
+/// ID), a span per step lasting until the flow's next step, each the child
+/// of the step before.
+fn otel(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
+    let mut per_buf: Vec<Vec<Value>> = vec![Vec::new(); bufs.len()];
+    for (id, steps) in flows {
+        let trace_id = format!("{:016x}{:016x}", 0x626b_666c_6f77u64, id); // "bkflow" + the flow ID
+        for (k, s) in steps.iter().enumerate() {
+            let span_id = format!("{:08x}{:08x}", (*id as u32) ^ (*id >> 32) as u32, k as u32 + 1);
+            let end = steps.get(k + 1).map_or(s.ns, |n| n.ns);
+            let mut span = json!({
+                "traceId": trace_id, "spanId": span_id, "name": s.function, "kind": 1,
+                "startTimeUnixNano": s.ns.to_string(), "endTimeUnixNano": end.to_string(),
+                "attributes": [
+                    kv("bunkai.flow.id", json!({"stringValue": format!("{id:#x}")})),
+                    kv("code.function", json!({"stringValue": s.function})),
+                    kv("code.filepath", json!({"stringValue": s.file})),
+                    kv("code.lineno", json!({"intValue": s.line.to_string()})),
+                    kv("thread.id", json!({"intValue": s.tid.to_string()})),
+                    kv("bunkai.pc", json!({"stringValue": format!("{:#x}", s.pc)})),
+                ],
+            });
+            if k > 0 {
+                span["parentSpanId"] = json!(format!("{:08x}{:08x}", (*id as u32) ^ (*id >> 32) as u32, k as u32));
+            }
+            per_buf[s.buf].push(span);
+        }
+    }
+    let rs: Vec<Value> = bufs
+        .iter()
+        .zip(per_buf)
+        .filter(|(_, spans)| !spans.is_empty())
+        .map(|(b, spans)| {
+            json!({
+                "resource": {"attributes": [
+                    kv("host.name", json!({"stringValue": b.host})),
+                    kv("process.pid", json!({"intValue": b.pid.to_string()})),
+                    kv("process.executable.path", json!({"stringValue": b.exe})),
+                    kv("service.name", json!({"stringValue": short(&b.exe)})),
+                ]},
+                "scopeSpans": [{"scope": {"name": "bunkai-flow"}, "spans": spans}],
+            })
+        })
+        .collect();
+    json!({"resourceSpans": rs})
+}
