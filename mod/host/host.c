@@ -478,6 +478,15 @@ static int send_err(int fd, const char *fmt, ...) {
 
 /* ---- one transaction -------------------------------------------------------- */
 
+/* OK carrying the time the command took (ns since t0). */
+static int send_ok_since(int fd, uint64_t t0) {
+  struct out o = {0};
+  put64(&o, now_ns() - t0);
+  int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
+  free(o.p);
+  return rc;
+}
+
 struct session {
   struct staged *staged;
   int passed_fd; /* a descriptor received with SCM_RIGHTS, not yet used */
@@ -638,11 +647,7 @@ static int do_write(int fd, struct session *s, struct msg *m) {
       if (st->sealed && addr < base + st->rx_len)
         return send_err(fd, "WRITE into code that is already protected");
       memcpy((void *)(uintptr_t)addr, data, n);
-      struct out o = {0};
-      put64(&o, now_ns() - t0);
-      int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
-      free(o.p);
-      return rc;
+      return send_ok_since(fd, t0);
     }
   }
   return send_err(fd, "WRITE outside the memory staged for this load");
@@ -657,11 +662,7 @@ static int do_protect(int fd, struct session *s, struct msg *m) {
   if (mprotect(st->mem, st->rx_len, PROT_READ | PROT_EXEC))
     return send_err(fd, "mprotect: %s", strerror(errno));
   st->sealed = 1;
-  struct out o = {0};
-  put64(&o, now_ns() - t0);
-  int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
-  free(o.p);
-  return rc;
+  return send_ok_since(fd, t0);
 }
 
 /* MAP: the zero-copy load. The server linked the module straight into a
@@ -724,11 +725,7 @@ static int do_map(int fd, struct session *s, struct msg *m) {
                : send_err(fd, "%s", why);
   }
   st->sealed = 1;
-  struct out o = {0};
-  put64(&o, now_ns() - t0);
-  int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
-  free(o.p);
-  return rc;
+  return send_ok_since(fd, t0);
 }
 
 static int do_commit(int fd, struct session *s, struct msg *m) {
@@ -894,11 +891,7 @@ static int do_unload(int fd, struct msg *m) {
   if (!mod)
     return send_err(fd, "module %u is not loaded", id);
   remove_module(mod);
-  struct out o = {0};
-  put64(&o, now_ns() - t0);
-  int rc = send_msg(fd, BUNKAI_MSG_OK, &o);
-  free(o.p);
-  return rc;
+  return send_ok_since(fd, t0);
 }
 
 /* Whether module x needs the module called `name`. */
