@@ -656,9 +656,10 @@ static void rs_add(struct rangeset *s, uint64_t a, uint64_t b) {
   }
   s->r[s->n++] = (struct range){a, b};
 }
-/* Removes [a, b) from the set, keeping the parts of ranges outside it;
- * returns whether any range overlapped it. */
-static int rs_cut(struct rangeset *s, uint64_t a, uint64_t b) {
+/* Removes [a, b) from the set, keeping the parts of ranges outside it
+ * unless keep is 0 (then a range overlapping [a, b) goes whole); returns
+ * whether any range overlapped it. */
+static int rs_cut(struct rangeset *s, uint64_t a, uint64_t b, int keep) {
   int hit = 0;
   for (int i = 0; i < s->n; i++)
     if (s->r[i].start < b && s->r[i].end > a) {
@@ -666,8 +667,8 @@ static int rs_cut(struct rangeset *s, uint64_t a, uint64_t b) {
       s->r[i] = s->r[--s->n];
       i--;
       hit = 1;
-      if (r.start < a) rs_add(s, r.start, a);
-      if (r.end > b) rs_add(s, b, r.end);
+      if (keep && r.start < a) rs_add(s, r.start, a);
+      if (keep && r.end > b) rs_add(s, b, r.end);
     }
   return hit;
 }
@@ -683,7 +684,7 @@ static void add_reg(uint64_t s, uint64_t e) {
 }
 static void drop_regs(uint64_t s, uint64_t e) {
   lock(&regs.lock);
-  rs_cut(&regs, s, e);
+  rs_cut(&regs, s, e, 1);
   unlock(&regs.lock);
 }
 
@@ -1270,10 +1271,16 @@ static struct rangeset fresh;
  * both map it. */
 static volatile int map_lock;
 
+/* First touches out of order split ranges; past this many, a range that
+ * would split goes whole instead (its other pages then take the ordinary
+ * path, where home answers with zeros: slower, still right), so the set
+ * stays small enough to scan on every fault. */
+#define FRESH_MAX 4096
+
 static int fresh_take(uint64_t a, uint64_t b) {
   if (!__atomic_load_n(&fresh.n, __ATOMIC_ACQUIRE)) return 0;
   lock(&fresh.lock);
-  int hit = rs_cut(&fresh, a, b);
+  int hit = rs_cut(&fresh, a, b, fresh.n < FRESH_MAX);
   unlock(&fresh.lock);
   return hit;
 }

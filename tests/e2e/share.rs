@@ -449,8 +449,9 @@ fn summary(err: &str) -> serde_json::Value {
 }
 
 /// pthread_create/join, mutex + condition variable ping-pong, atomics,
-/// malloc/free, mmap/munmap beside readers, nested creation and invalid
-/// calls: on three hosts, the same transcript as alone, and threads really
+/// malloc/free, mmap/munmap beside readers, nested creation, a node's new
+/// mapping first-touched out of order (past the fresh-range bound) and
+/// invalid calls: on three hosts, the same transcript as alone, and threads really
 /// ran on the nodes.
 #[test]
 fn threads_run_on_the_nodes_with_the_native_transcript() {
@@ -468,6 +469,7 @@ fn threads_run_on_the_nodes_with_the_native_transcript() {
         vec![sync.to_str().unwrap(), "malloc"],
         vec![sync.to_str().unwrap(), "mmap"],
         vec![sync.to_str().unwrap(), "nested"],
+        vec![sync.to_str().unwrap(), "fresh"],
         vec![sync.to_str().unwrap(), "badcall"],
     ];
     for argv in &cases {

@@ -7,6 +7,9 @@
  *   nested    a thread creates and joins threads of its own
  *   crash     a thread writes through a null pointer (the run must end
  *             with SIGSEGV, as it does natively)
+ *   fresh     a thread maps 64 MiB and writes its 16,384 pages in a
+ *             scattered order (first touches out of order); the main
+ *             thread then checks every page
  *   badcall   a thread makes a call with an invalid number and an
  *             unsupported one (fork): both fail with ENOSYS or succeed
  *             natively; prints what it got
@@ -127,6 +130,20 @@ static void *sleeper(void *p) {
   return 0;
 }
 
+#define FRESH_PAGES 16384
+static void *fresher(void *p) {
+  (void)p;
+  long *m = mmap(0, (size_t)FRESH_PAGES * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 0;
+  /* 7919 is prime, so k * 7919 mod FRESH_PAGES visits every page once */
+  for (long k = 0; k < FRESH_PAGES; k++) {
+    long pg = (k * 7919) % FRESH_PAGES;
+    m[pg * 512] = pg * 3 + 1;
+    m[pg * 512 + 511] = -pg;
+  }
+  return m;
+}
+
 static void *badcall(void *p) {
   (void)p;
   long r = syscall(5000);
@@ -189,6 +206,16 @@ int main(int argc, char **argv) {
       printf("nested %d: %ld (want %ld)\n", k, (long)r, want);
       bad += (long)r != want;
     }
+  } else if (!strcmp(mode, "fresh")) {
+    pthread_create(&t[0], 0, fresher, 0);
+    pthread_join(t[0], &r);
+    long *m = r;
+    if (!m) return 1;
+    for (long pg = 0; pg < FRESH_PAGES; pg++) {
+      bad += m[pg * 512] != pg * 3 + 1 || m[pg * 512 + 511] != -pg;
+      for (int j = 1; j < 511; j++) bad += m[pg * 512 + j] != 0;
+    }
+    printf("fresh: %d pages written out of order, %ld bad\n", FRESH_PAGES, bad);
   } else if (!strcmp(mode, "badcall")) {
     pthread_create(&t[0], 0, badcall, 0);
     pthread_join(t[0], 0);
