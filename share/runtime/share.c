@@ -497,11 +497,11 @@ static void tune_socket(int fd) {
   sc5(SYS_setsockopt, fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof uto);
 }
 
-/* Moves a descriptor of ours out of the program's way (high numbers). */
+/* Moves a descriptor of ours out of the program's way: the lowest free
+ * number from 1000 up (numbers are reused as ours are closed, so they stay
+ * under the usual limit of 1024). */
 static int hide_fd(int fd) {
-  static volatile int next = 1000;
-  int want = __atomic_fetch_add(&next, 1, __ATOMIC_SEQ_CST);
-  long r = sc3(SYS_fcntl, fd, F_DUPFD_CLOEXEC, want);
+  long r = sc3(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 1000);
   if (r < 0) return fd;
   sc1(SYS_close, fd);
   return (int)r;
@@ -645,6 +645,11 @@ struct rangeset {
 static int rs_find(const struct rangeset *s, uint64_t a) {
   for (int i = 0; i < s->n; i++)
     if (a >= s->r[i].start && a < s->r[i].end) return 1;
+  return 0;
+}
+static int rs_overlaps(const struct rangeset *s, uint64_t a, uint64_t b) {
+  for (int i = 0; i < s->n; i++)
+    if (s->r[i].start < b && s->r[i].end > a) return 1;
   return 0;
 }
 static void rs_add(struct rangeset *s, uint64_t a, uint64_t b) {
@@ -938,9 +943,14 @@ static void run_queue(void) {
     unlock(&g.qlock);
     if (!it) return;
     if (it->kind == 1) {
-      struct dent *e = dir_find(it->page, 1);
-      e->pinned++;
-      if (npins < BKS_MAX_THREADS) pins[npins++] = (struct pin){it->page, it->pidfd};
+      /* a pin without a record of its pidfd would never end: with the
+       * table full, the thread goes unpinned (as before pins existed) */
+      if (npins < BKS_MAX_THREADS) {
+        dir_find(it->page, 1)->pinned++;
+        pins[npins++] = (struct pin){it->page, it->pidfd};
+      } else {
+        sc1(SYS_close, it->pidfd);
+      }
     } else if (it->kind == 2 || it->kind == 3 || it->kind == 4) {
       drain_uffd();
       if (it->kind == 3)
@@ -1101,13 +1111,20 @@ static void answer_mapinfo(int fd, uint64_t addr) {
   send_msg(fd, BKS_MAP, 0, 0, 0, &info, sizeof info);
 }
 
+/* The largest mapping given to a node whole (a directory entry per page):
+ * larger ones take the ordinary path, page by page. */
+#define FRESH_MAX_BYTES (64ull << 20)
+
 /* A private anonymous writable mapping at an address of the kernel's
- * choosing: memory no host has touched. */
+ * choosing, not filled in by the kernel (MAP_POPULATE, MAP_LOCKED or
+ * mlockall(MCL_FUTURE), seen as a present first page): memory no host has
+ * touched. */
 static int is_fresh_mapping(long nr, const struct bks_syscall *s, long res) {
   uint64_t prot = s->arg[2], flags = s->arg[3];
   return nr == SYS_mmap && (unsigned long)res < -4095ul && (prot & PROT_WRITE) &&
-         (flags & MAP_TYPE) == MAP_PRIVATE && (flags & MAP_ANONYMOUS) &&
-         !(flags & (MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_GROWSDOWN | MAP_HUGETLB));
+         (flags & MAP_TYPE) == MAP_PRIVATE && (flags & MAP_ANONYMOUS) && s->arg[1] <= FRESH_MAX_BYTES &&
+         !(flags & (MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_GROWSDOWN | MAP_HUGETLB | MAP_POPULATE | MAP_LOCKED)) &&
+         !present((uint64_t)res);
 }
 
 static int is_mapping_call(long nr, const struct bks_syscall *s) {
@@ -1168,10 +1185,13 @@ static uint64_t executor(void *p) {
                   (long)pl.s.arg[4], (long)pl.s.arg[5]);
         if (is_fresh_mapping(nr, &pl.s, res)) {
           /* register it here now (home threads must fault through the
-           * directory), then hand its pages to the caller's host */
+           * directory), then hand its pages to the caller's host. Not if
+           * any of it is still registered: an unmap there whose event the
+           * manager has not seen yet would then wipe the new mapping. */
           uint64_t len = PAGE_UP(pl.s.arg[1]);
           lock(&regs.lock);
-          int ok = !registered((uint64_t)res) && !uffd_register((uint64_t)res, (uint64_t)res + len);
+          int ok = !rs_overlaps(&regs, (uint64_t)res, (uint64_t)res + len) &&
+                   !uffd_register((uint64_t)res, (uint64_t)res + len);
           if (ok) add_reg((uint64_t)res, (uint64_t)res + len);
           unlock(&regs.lock);
           if (ok) {
