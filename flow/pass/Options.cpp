@@ -50,6 +50,10 @@ static cl::opt<bool>
 
 namespace bunkai::flow {
 
+// More register operands than this at one sled and clang runs out of
+// registers ("inline assembly requires more registers than available").
+static constexpr unsigned MaxOperandsLimit = 12;
+
 // Lists are comma-separated in -bunkai-flow-* options; in pass parameters
 // '+' separates (opt's pipeline parser splits the pipeline at commas).
 static std::vector<std::string> splitList(StringRef S) {
@@ -94,6 +98,9 @@ Options Options::fromCommandLine() {
     O.Error = "-bunkai-flow-kinds: " + Err;
   O.Locals = ClLocals;
   O.MaxOperands = ClMaxOperands;
+  if (O.MaxOperands > MaxOperandsLimit)
+    O.Error = "-bunkai-flow-max-operands: at most " + std::to_string(MaxOperandsLimit) +
+              " (the compiler needs the other registers around a sled)";
   O.Verbose = ClVerbose;
   return O;
 }
@@ -121,6 +128,9 @@ std::string Options::parse(StringRef Params) {
     else if (Key == "max-operands") {
       if (Val.trim().getAsInteger(10, MaxOperands))
         return "max-operands wants a number, not '" + Val.str() + "'";
+      if (MaxOperands > MaxOperandsLimit)
+        return "max-operands: at most " + std::to_string(MaxOperandsLimit) +
+               " (the compiler needs the other registers around a sled)";
     } else if (Key == "verbose")
       Verbose = true;
     else

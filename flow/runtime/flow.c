@@ -105,6 +105,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 
@@ -761,6 +762,15 @@ static COLD struct bkf_buf_header *buf_create(struct proc *p) {
   q = put_u64(q, p->pid);
   scopy(q, 8, ".buf");
 
+  /* The file is sparse on tmpfs: a page written when the file system is
+   * full would raise SIGBUS in the program. Take at most half of what is
+   * free now (other processes' buffers grow too); too little, no buffer. */
+  struct statfs fs;
+  if (sc2(SYS_statfs, dir, &fs) == 0) {
+    uint64_t half = (uint64_t)fs.f_bavail * (uint64_t)fs.f_bsize / 2 & ~(uint64_t)(PAGE - 1);
+    if (half < size) size = half;
+    if (size < 2 * PAGE) return 0;
+  }
   int fd = (int)sc3(SYS_open, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return 0;
   long r = -1;

@@ -82,6 +82,13 @@ pub fn run(a: &CcArgs) -> Result<ExitCode> {
     if a.args.is_empty() {
         bail!("nothing to compile (usage: bunkai flow cc [CLANG_ARGS...], e.g. bunkai flow cc -O2 prog.c -o prog)");
     }
+    // With LTO, the link-time inliner drops the noredzone the pass puts on
+    // functions with sleds (LLVM 14 has no merge rule for it), and a patched
+    // sled's call would then overwrite a caller's red zone.
+    let lto = a.args.iter().filter_map(|x| x.to_str()).filter(|x| x.starts_with("-flto") || *x == "-fno-lto").last();
+    if let Some(f) = lto.filter(|x| x.starts_with("-flto")) {
+        bail!("{f} is not supported: link-time inlining would lose the sleds' red-zone protection (build without LTO, or add -fno-lto after it)");
+    }
     let plugin = plugin()?;
     let clang = clang()?;
     let status = Command::new(&clang)

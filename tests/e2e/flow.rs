@@ -774,3 +774,41 @@ fn dump_and_report_follow_flows_across_processes() {
     one_line(&err);
     assert!(err.contains("no bunkai-flow.*.buf in"), "{err}");
 }
+
+/// A buffer directory with little room (a 1 MiB tmpfs) and a large buffer
+/// asked for: the program must not die of SIGBUS when the file system
+/// fills; the buffers shrink to fit and count what they drop.
+#[test]
+fn a_full_buffer_directory_costs_records_not_the_program() {
+    if !bunkai_share::sys::is_root() {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let lib = bunkai().parent().unwrap().join("../lib/bunkai");
+    let exe = d.path().join("records");
+    let (i, l, r) = (format!("-I{}", root().join("flow/include").display()), format!("-L{}", lib.display()), format!("-Wl,-rpath,{}", lib.display()));
+    flow_cc("records", &["-O2", &i, &l, "-lbunkai-flow", &r], &exe);
+    let tiny = d.path().join("tiny");
+    std::fs::create_dir(&tiny).unwrap();
+    let st = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "none"]).arg(&tiny).status().unwrap();
+    assert!(st.success());
+    let out = Command::new(&exe)
+        .args(["20000", "0", "0", "0", "0", "0"])
+        .env("BUNKAI_FLOW_DIR", &tiny)
+        .env("BUNKAI_FLOW_IDS", tiny.join("ids"))
+        .env("BUNKAI_FLOW_BUF", "64M")
+        .output()
+        .unwrap();
+    let dump = Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &tiny).output().unwrap();
+    let _ = Command::new("umount").arg(&tiny).status();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "back end: 20000 packets\nfront end: 20000 packets, 1024 clones\n");
+    let v: Value = serde_json::from_slice(&dump.stdout).unwrap();
+    let b = v["buffers"].as_array().unwrap();
+    assert_eq!(b.len(), 2);
+    for x in b {
+        assert!(x["dropped"].as_u64().unwrap() > 0 && !x["records"].as_array().unwrap().is_empty(), "{x}");
+        assert!(x["capacity"].as_u64().unwrap() < 1 << 20);
+    }
+}
