@@ -280,7 +280,7 @@ struct bkf_table {
   /* Writers only (under lock). */
   int lock;
   uint32_t pad1;
-  uint64_t live, used, maxused, rebuilds, mapped;
+  uint64_t live, used, rebuilds, mapped;
   char pad2[16];
   struct arr *pool[64]; /* retired arrays by log2(capacity) */
   char name[];
@@ -620,7 +620,6 @@ static NOINLINE int rebuild(struct bkf_table *t, uint64_t need) {
   ST_REL(&t->cur, n);
   ST(&t->live, live);
   t->used = live;
-  t->maxused = (m + 1) / 4 * 3;
   t->rebuilds++;
   if (old != &empty_arr) arr_retire(t, old);
   return 1;
@@ -639,7 +638,7 @@ API void register_flowid(struct bkf_table *t, const void *key, bkf_id id) {
   lock(&t->lock);
   uint64_t h = hash_of(k);
   struct arr *a = t->cur;
-  uint64_t m = a->mask, i = (h >> LD(&a->shift)) & m;
+  uint64_t m = a->mask, i = (h >> LD(&a->shift)) & m, probes = 0;
   for (;;) {
     uint64_t kk = a->s[i].key;
     if (kk == k) {
@@ -647,12 +646,16 @@ API void register_flowid(struct bkf_table *t, const void *key, bkf_id id) {
       ST(&a->s[i].val, id);
       break;
     }
-    if (kk == 0) {
-      if (unlikely(t->used >= t->maxused)) {
+    /* The fill limit comes from the array itself, and a probe through the
+     * whole array rebuilds too: a fork child may inherit the counters of a
+     * rebuild its parent's thread left half done. */
+    if (kk == 0 || ++probes > m) {
+      if (unlikely(t->used >= (m + 1) / 4 * 3 || kk != 0)) {
         if (!rebuild(t, t->live + 1)) break; /* out of memory: not registered */
         a = t->cur;
         m = a->mask;
         i = (h >> LD(&a->shift)) & m;
+        probes = 0;
         continue;
       }
       ST(&a->s[i].val, id);
