@@ -178,6 +178,32 @@ _Static_assert(sizeof(struct bkf_buf_header) == BKF_BUF_HEADER_SIZE, "record are
 /* Appends a record; used by the STORE_DATA macros of generated advice. */
 void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals);
 
+/* 4. Weaving (in libbunkai-flow.so: one copy per process, never unloaded)
+ *
+ * bkf_weave patches n sleds (addresses as mapped in this process) so that
+ * each calls h(frame, xsave, jp[i], arg) on the thread that reaches it, and
+ * bkf_unweave puts them back (the jump form of §1); when it returns, no
+ * thread runs h for those sleds any more. Both return 0 or -errno: EINVAL
+ * (not a sled of ours, odd address), EEXIST (already woven), ENOMEM (no
+ * stub page within reach), ENOSYS (no XSAVE), EACCES (text not writable).
+ * A failed bkf_weave patches nothing. One weave or unweave at a time.
+ *
+ * The frame is what the trampoline saved, lowest address first; the
+ * program's %rsp at the sled is (uint64_t)&frame->ret + 8. Writing a field
+ * changes the register when the trampoline returns. xsave is the XSAVE
+ * area (64-byte aligned): %xmmN's low 8 bytes are at offset 160 + 16 * N.
+ * The handler runs on the program's stack, below its frames, with the
+ * program's signal mask; it must not unwind past the trampoline. */
+struct bkf_frame {
+  uint64_t r15, r14, r13, r12, r11, r10, r9, r8, rdi, rsi, rbp, rbx, rdx, rcx, rax;
+  uint64_t flags;
+  uint64_t slot;  /* the sled's stub */
+  uint64_t ret;   /* the sled's address + 7 */
+};
+typedef void (*bkf_handler)(struct bkf_frame *frame, void *xsave, uint32_t jp, void *arg);
+int bkf_weave(int n, const uint64_t *sleds, const uint32_t *jp, bkf_handler h, void *arg);
+int bkf_unweave(int n, const uint64_t *sleds);
+
 #ifdef __cplusplus
 }
 #endif

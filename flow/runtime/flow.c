@@ -100,6 +100,7 @@
  */
 #define _GNU_SOURCE
 #include <elf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <stddef.h>
@@ -116,6 +117,7 @@
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define NOINLINE __attribute__((noinline))
 #define COLD __attribute__((noinline, cold))
+#define HIDDEN __attribute__((visibility("hidden"), used))
 
 #define LD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define LD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
@@ -862,4 +864,305 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
   ((uint64_t *)r)[3] = tid | (uint64_t)jp << 32;
   for (int i = 0; i < n; i++) ((volatile uint64_t *)r)[4 + i] = vals[i];
   ST_REL((uint16_t *)(r + 6), (uint16_t)BKF_REC_DONE);
+}
+
+/* ------------------------------------------------------------------ */
+/* Weaving: stubs, the common trampoline, patching (bunkai_flow.h §4)  */
+/*
+ * Every sled that is ever woven gets a slot and a 10-byte stub, `push
+ * $slot; jmp thunk`, in a page of ours within rel32 reach of the sled; the
+ * page starts with `jmp *abs64` to __bunkai_flow_tramp. Slots, stubs and
+ * pages are never given back: a thread may sit between a sled's `66 90` and
+ * its call when the sled is unwoven, and the call must still land
+ * somewhere harmless. The trampoline saves the general registers, the flags
+ * and (XSAVE, every component the OS enabled) the vector state, then calls
+ * the slot's handler if one is set. Handlers are published and cleared with
+ * seq_cst stores; `inflight` counts threads inside handlers, so that
+ * bkf_unweave returns only when no thread can still be running one.
+ *
+ * Text is written with the page made writable and executable for the
+ * moment of the write (other threads may be running code on it), following
+ * the protocol of §1 with MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE between
+ * the steps when the kernel has it. One weave or unweave at a time. */
+
+#define WEAVE_SLOTS 65536
+#define STUB_SIZE 10
+#define THUNK_SIZE 14
+
+struct wslot {
+  uint64_t sled;                 /* 0: free */
+  uint64_t stub;
+  bkf_handler h;                 /* seq_cst */
+  void *arg;
+  uint32_t jp;
+};
+
+struct wpage {
+  uint64_t base, used;           /* bytes used, thunk included */
+};
+
+static struct {
+  int lock;
+  int ready;                     /* 1 set up, -1 cannot weave here */
+  int membarrier;                /* sync-core registered */
+  struct wslot *slots;
+  uint32_t nslots;
+  struct wpage pages[256];
+  uint32_t npages;
+  uint64_t inflight;
+} W;
+
+/* Read by the trampoline (named: top-level asm takes no operands). */
+HIDDEN uint64_t __bunkai_flow_xsize;          /* XSAVE area bytes + 64 for alignment */
+HIDDEN uint32_t __bunkai_flow_xlo, __bunkai_flow_xhi; /* XSAVE components (XCR0) */
+
+HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {
+  struct wslot *s = &W.slots[f->slot];
+  __atomic_fetch_add(&W.inflight, 1, __ATOMIC_SEQ_CST);
+  bkf_handler h = __atomic_load_n(&s->h, __ATOMIC_SEQ_CST);
+  if (h) h(f, xsave, s->jp, s->arg);
+  __atomic_fetch_sub(&W.inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+/* [rsp] = slot (pushed by the stub), [rsp+8] = the sled's return address. */
+__asm__(".text\n"
+        ".globl __bunkai_flow_tramp\n"
+        ".hidden __bunkai_flow_tramp\n"
+        ".type __bunkai_flow_tramp,@function\n"
+        "__bunkai_flow_tramp:\n"
+        "  pushfq\n"
+        "  push %rax\n push %rcx\n push %rdx\n push %rbx\n push %rbp\n"
+        "  push %rsi\n push %rdi\n push %r8\n push %r9\n push %r10\n"
+        "  push %r11\n push %r12\n push %r13\n push %r14\n push %r15\n"
+        "  cld\n"
+        "  mov %rsp, %rbp\n"                      /* the frame */
+        "  sub __bunkai_flow_xsize(%rip), %rsp\n"
+        "  and $-64, %rsp\n"
+        "  mov %rsp, %rbx\n"                      /* the XSAVE area, kept across the call */
+        "  xor %eax, %eax\n"
+        "  mov %rax, 512(%rbx)\n mov %rax, 520(%rbx)\n mov %rax, 528(%rbx)\n mov %rax, 536(%rbx)\n"
+        "  mov %rax, 544(%rbx)\n mov %rax, 552(%rbx)\n mov %rax, 560(%rbx)\n mov %rax, 568(%rbx)\n"
+        "  mov __bunkai_flow_xlo(%rip), %eax\n"
+        "  mov __bunkai_flow_xhi(%rip), %edx\n"
+        "  xsave64 (%rbx)\n"
+        "  mov %rbp, %rdi\n"
+        "  mov %rbx, %rsi\n"
+        "  call __bunkai_flow_dispatch\n"
+        "  mov __bunkai_flow_xlo(%rip), %eax\n"
+        "  mov __bunkai_flow_xhi(%rip), %edx\n"
+        "  xrstor64 (%rbx)\n"
+        "  mov %rbp, %rsp\n"
+        "  pop %r15\n pop %r14\n pop %r13\n pop %r12\n pop %r11\n"
+        "  pop %r10\n pop %r9\n pop %r8\n pop %rdi\n pop %rsi\n"
+        "  pop %rbp\n pop %rbx\n pop %rdx\n pop %rcx\n pop %rax\n"
+        "  popfq\n"
+        "  lea 8(%rsp), %rsp\n"                   /* the slot; lea leaves the flags alone */
+        "  ret\n"
+        ".size __bunkai_flow_tramp, .-__bunkai_flow_tramp\n");
+
+#define MEMBARRIER_SYNC_CORE (1 << 5)          /* MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE */
+#define MEMBARRIER_REGISTER_SYNC_CORE (1 << 6) /* ..._REGISTER_PRIVATE_EXPEDITED_SYNC_CORE */
+
+static void sync_cores(void) {
+  if (W.membarrier) sc3(SYS_membarrier, MEMBARRIER_SYNC_CORE, 0, 0);
+}
+
+static COLD int weave_setup(void) {
+  if (W.ready) return W.ready > 0;
+  uint32_t a, b, c, d;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  if (!(c & (1u << 27))) { /* OSXSAVE: the OS manages XSAVE state */
+    W.ready = -1;
+    return 0;
+  }
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0xd), "c"(0));
+  __bunkai_flow_xlo = lo, __bunkai_flow_xhi = hi;
+  __bunkai_flow_xsize = ((uint64_t)b + 63) / 64 * 64 + 64;
+  long r = sc6(SYS_mmap, 0, (long)(WEAVE_SLOTS * sizeof(struct wslot)), PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (r < 0 && r > -4096) {
+    W.ready = -1;
+    return 0;
+  }
+  W.slots = (struct wslot *)r;
+  W.membarrier = sc3(SYS_membarrier, MEMBARRIER_REGISTER_SYNC_CORE, 0, 0) == 0;
+  W.ready = 1;
+  return 1;
+}
+
+static int in_reach(uint64_t from_end, uint64_t to) {
+  int64_t d = (int64_t)(to - from_end);
+  return d == (int32_t)d;
+}
+
+/* A stub for a sled: its slot's, or a new one in a page within reach. */
+static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
+  for (uint32_t i = 0; i < W.nslots; i++)
+    if (W.slots[i].sled == sled) {
+      *slot = i;
+      return W.slots[i].stub;
+    }
+  if (W.nslots == WEAVE_SLOTS) return 0;
+  struct wpage *pg = 0;
+  for (uint32_t i = 0; i < W.npages && !pg; i++)
+    if (W.pages[i].used + STUB_SIZE <= PAGE && in_reach(sled + 7, W.pages[i].base) &&
+        in_reach(sled + 7, W.pages[i].base + PAGE))
+      pg = &W.pages[i];
+  if (!pg) {
+    if (W.npages == sizeof W.pages / sizeof W.pages[0]) return 0;
+    /* the first free page at or above the sled's, in 1 MiB steps, then below */
+    uint64_t base = 0;
+    for (int64_t step = 1; step < 1024 && !base; step++) {
+      for (int dir = 1; dir >= -1 && !base; dir -= 2) {
+        uint64_t hint = ((sled & ~(uint64_t)(PAGE - 1)) + (uint64_t)(dir * step) * (1ull << 20));
+        if (!in_reach(sled + 7, hint) || !in_reach(sled + 7, hint + PAGE)) continue;
+        long r = sc6(SYS_mmap, (long)hint, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (r == (long)hint) base = hint;
+        else if (r > 0) sc2(SYS_munmap, r, PAGE); /* old kernels: a hint, not fixed */
+      }
+    }
+    if (!base) return 0;
+    uint8_t *t = (uint8_t *)base; /* jmp *0(%rip); .quad __bunkai_flow_tramp */
+    extern char __bunkai_flow_tramp[];
+    uint64_t target = (uint64_t)(uintptr_t)__bunkai_flow_tramp;
+    t[0] = 0xff, t[1] = 0x25, t[2] = t[3] = t[4] = t[5] = 0;
+    for (int k = 0; k < 8; k++) t[6 + k] = (uint8_t)(target >> (8 * k));
+    pg = &W.pages[W.npages++];
+    pg->base = base, pg->used = THUNK_SIZE;
+  }
+  uint32_t n = W.nslots;
+  uint8_t *st = (uint8_t *)(pg->base + pg->used);
+  int32_t rel = (int32_t)(int64_t)(pg->base - (uint64_t)(uintptr_t)(st + STUB_SIZE));
+  st[0] = 0x68; /* push $slot (sign-extended imm32) */
+  for (int k = 0; k < 4; k++) st[1 + k] = (uint8_t)(n >> (8 * k));
+  st[5] = 0xe9; /* jmp thunk */
+  for (int k = 0; k < 4; k++) st[6 + k] = (uint8_t)((uint32_t)rel >> (8 * k));
+  pg->used += STUB_SIZE;
+  W.slots[n].sled = sled;
+  W.slots[n].stub = (uint64_t)(uintptr_t)st;
+  W.nslots = n + 1;
+  *slot = n;
+  return W.slots[n].stub;
+}
+
+static const uint8_t SLED_NOP[BKF_SLED_SIZE] = {0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00};
+
+/* The sled's bytes 2..10 when it calls stub. */
+static void call_bytes(uint64_t sled, uint64_t stub, uint8_t out[9]) {
+  int32_t rel = (int32_t)(int64_t)(stub - (sled + 7));
+  out[0] = 0xe8;
+  for (int k = 0; k < 4; k++) out[1 + k] = (uint8_t)((uint32_t)rel >> (8 * k));
+  out[5] = 0x0f, out[6] = 0x1f, out[7] = 0x40, out[8] = 0x00;
+}
+
+static int same(const uint8_t *a, const uint8_t *b, int n) {
+  for (int i = 0; i < n; i++)
+    if (a[i] != b[i]) return 0;
+  return 1;
+}
+
+/* Makes the pages of [lo, hi) writable as well (prot 1) or gives them back
+ * read + execute (prot 0). */
+static int text_writable(uint64_t lo, uint64_t hi, int on) {
+  lo &= ~(uint64_t)(PAGE - 1);
+  hi = (hi + PAGE - 1) & ~(uint64_t)(PAGE - 1);
+  return (int)sc3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC | (on ? PROT_WRITE : 0));
+}
+
+API int bkf_weave(int n, const uint64_t *sleds, const uint32_t *jps, bkf_handler h, void *arg) {
+  if (n < 0 || (n && (!sleds || !jps || !h))) return -EINVAL;
+  if (n == 0) return 0;
+  lock(&W.lock);
+  int rc = 0;
+  if (!weave_setup()) {
+    rc = -ENOSYS;
+    goto out;
+  }
+  /* check every sled and find its stub before touching any */
+  uint64_t lo = ~0ull, hi = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    const uint8_t *s = (const uint8_t *)(uintptr_t)sleds[i];
+    uint32_t slot;
+    if (sleds[i] & 1) rc = -EINVAL;
+    else if (!stub_for(sleds[i], &slot)) rc = -ENOMEM;
+    else {
+      uint8_t cb[9];
+      call_bytes(sleds[i], W.slots[slot].stub, cb);
+      int fresh = same(s, SLED_NOP, BKF_SLED_SIZE);
+      int jumpform = s[0] == 0xeb && s[1] == 0x09 && same(s + 2, cb, 9);
+      int patched = s[0] == 0x66 && s[1] == 0x90 && same(s + 2, cb, 9);
+      if (patched) rc = -EEXIST;
+      else if (!fresh && !jumpform) rc = -EINVAL;
+    }
+    if (sleds[i] < lo) lo = sleds[i];
+    if (sleds[i] + BKF_SLED_SIZE > hi) hi = sleds[i] + BKF_SLED_SIZE;
+  }
+  if (rc) goto out;
+  if (text_writable(lo, hi, 1)) {
+    rc = -EACCES;
+    goto out;
+  }
+  /* handlers first: a sled may call its stub from the moment step 5 lands */
+  for (int i = 0; i < n; i++) {
+    uint32_t slot;
+    stub_for(sleds[i], &slot);
+    W.slots[slot].jp = jps[i];
+    W.slots[slot].arg = arg;
+    __atomic_store_n(&W.slots[slot].h, h, __ATOMIC_SEQ_CST);
+  }
+  /* (1) the jump form over the nop; (2) sync; (3) bytes 2..10; (4) sync;
+   * (5) 66 90 */
+  for (int i = 0; i < n; i++)
+    __atomic_store_n((uint16_t *)(uintptr_t)sleds[i], (uint16_t)0x09eb, __ATOMIC_SEQ_CST);
+  sync_cores();
+  for (int i = 0; i < n; i++) {
+    uint32_t slot;
+    stub_for(sleds[i], &slot);
+    uint8_t cb[9];
+    call_bytes(sleds[i], W.slots[slot].stub, cb);
+    uint8_t *s = (uint8_t *)(uintptr_t)sleds[i];
+    for (int k = 0; k < 9; k++) s[2 + k] = cb[k];
+  }
+  sync_cores();
+  for (int i = 0; i < n; i++)
+    __atomic_store_n((uint16_t *)(uintptr_t)sleds[i], (uint16_t)0x9066, __ATOMIC_SEQ_CST);
+  sync_cores();
+  text_writable(lo, hi, 0);
+out:
+  unlock(&W.lock);
+  return rc;
+}
+
+API int bkf_unweave(int n, const uint64_t *sleds) {
+  if (n < 0 || (n && !sleds)) return -EINVAL;
+  if (n == 0) return 0;
+  lock(&W.lock);
+  int rc = 0;
+  uint64_t lo = ~0ull, hi = 0;
+  for (int i = 0; i < n; i++) {
+    if (sleds[i] < lo) lo = sleds[i];
+    if (sleds[i] + BKF_SLED_SIZE > hi) hi = sleds[i] + BKF_SLED_SIZE;
+  }
+  if (W.ready <= 0 || text_writable(lo, hi, 1)) {
+    rc = W.ready <= 0 ? -ENOENT : -EACCES;
+    goto out;
+  }
+  /* the jump form again; bytes 2..10 stay (see the comment above) */
+  for (int i = 0; i < n; i++) {
+    uint8_t *s = (uint8_t *)(uintptr_t)sleds[i];
+    if (s[0] == 0x66 && s[1] == 0x90) __atomic_store_n((uint16_t *)s, (uint16_t)0x09eb, __ATOMIC_SEQ_CST);
+  }
+  sync_cores();
+  text_writable(lo, hi, 0);
+  for (int i = 0; i < n; i++)
+    for (uint32_t k = 0; k < W.nslots; k++)
+      if (W.slots[k].sled == sleds[i]) __atomic_store_n(&W.slots[k].h, (bkf_handler)0, __ATOMIC_SEQ_CST);
+  /* no thread may still be inside a handler when this returns */
+  while (__atomic_load_n(&W.inflight, __ATOMIC_SEQ_CST)) sc0(SYS_sched_yield);
+out:
+  unlock(&W.lock);
+  return rc;
 }

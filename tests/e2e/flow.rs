@@ -812,3 +812,35 @@ fn a_full_buffer_directory_costs_records_not_the_program() {
         assert!(x["capacity"].as_u64().unwrap() < 1 << 20);
     }
 }
+
+/// bkf_weave / bkf_unweave in a running program: three threads work on
+/// struct items while every sled of the workload is woven and unwoven 300
+/// times; the results are those of the unwoven run, every call comes from
+/// the sled it names, and none comes after the last unweave.
+#[test]
+fn weaving_and_unweaving_under_load_changes_nothing_but_the_calls() {
+    let d = tempfile::tempdir().unwrap();
+    let lib = bunkai().parent().unwrap().join("../lib/bunkai");
+    let exe = d.path().join("weave");
+    let (i, l, r) = (format!("-I{}", root().join("flow/include").display()), format!("-L{}", lib.display()), format!("-Wl,-rpath,{}", lib.display()));
+    flow_cc("weave", &["-O2", "-pthread", &i, &l, "-lbunkai-flow", &r], &exe);
+    let sleds: Vec<String> = points(&exe)
+        .iter()
+        .filter(|j| j["function"] == "step" || j["function"] == "worker")
+        .map(|j| format!("{:#x}", j["sled_addr"].as_u64().unwrap()))
+        .collect();
+    assert!(sleds.len() >= 10, "{sleds:?}");
+    let run = |mode: &str| -> String {
+        let o = Command::new(&exe).arg(mode).arg("300").args(&sleds).output().unwrap();
+        assert!(o.status.success(), "{mode}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let plain = run("plain");
+    let woven = run("woven");
+    let workers = |s: &str| s.lines().filter(|l| l.starts_with("worker ")).map(String::from).collect::<Vec<_>>();
+    assert_eq!(workers(&plain).len(), 3);
+    assert_eq!(workers(&woven), workers(&plain), "{woven}");
+    assert!(woven.contains("not a sled: refused\n"), "{woven}");
+    assert!(woven.contains("weave: 0, again: refused\n"), "{woven}");
+    assert!(woven.contains("rounds 300, failed 0, calls seen, bad 0, calls after unweave 0\n"), "{woven}");
+}

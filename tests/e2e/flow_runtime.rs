@@ -85,6 +85,8 @@ const API: &[&str] = &[
     "remove_flowid",
     "bkf_table_size",
     "bkf_store",
+    "bkf_weave",
+    "bkf_unweave",
 ];
 
 /// What a runtime inside other processes may depend on: weak references
