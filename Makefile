@@ -51,6 +51,7 @@ bench: all fetch-sqlite
 	@bash bench/mod/run.sh
 	@bash bench/trace/run.sh
 	@bash bench/share/run.sh
+	@bash bench/flow/run.sh
 	@bash bench/scatter/net.sh
 
 clean:

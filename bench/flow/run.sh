@@ -39,3 +39,5 @@ for i in $(seq "$runs"); do
 done
 python3 bench/flow/report.py --runs "$runs" --dir "$out" --out bench/results/flow-micro.md ${quick:+--quick}
 cat bench/results/flow-micro.md
+# Weaving speed: bkf_weave/bkf_unweave of 100 to 2,000 sleds.
+python3 bench/flow/patch.py --out bench/results/flow-patch.md

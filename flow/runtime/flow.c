@@ -906,6 +906,7 @@ static struct {
   int ready;                     /* 1 set up, -1 cannot weave here */
   int membarrier;                /* sync-core registered */
   struct wslot *slots;
+  uint32_t *index;               /* sled -> slot + 1, open addressing, 2 * WEAVE_SLOTS */
   uint32_t nslots;
   struct wpage pages[256];
   uint32_t npages;
@@ -980,13 +981,14 @@ static COLD int weave_setup(void) {
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0xd), "c"(0));
   __bunkai_flow_xlo = lo, __bunkai_flow_xhi = hi;
   __bunkai_flow_xsize = ((uint64_t)b + 63) / 64 * 64 + 64;
-  long r = sc6(SYS_mmap, 0, (long)(WEAVE_SLOTS * sizeof(struct wslot)), PROT_READ | PROT_WRITE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  uint64_t bytes = WEAVE_SLOTS * sizeof(struct wslot) + 2 * WEAVE_SLOTS * sizeof(uint32_t);
+  long r = sc6(SYS_mmap, 0, (long)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r < 0 && r > -4096) {
     W.ready = -1;
     return 0;
   }
   W.slots = (struct wslot *)r;
+  W.index = (uint32_t *)(W.slots + WEAVE_SLOTS);
   W.membarrier = sc3(SYS_membarrier, MEMBARRIER_REGISTER_SYNC_CORE, 0, 0) == 0;
   W.ready = 1;
   return 1;
@@ -997,13 +999,20 @@ static int in_reach(uint64_t from_end, uint64_t to) {
   return d == (int32_t)d;
 }
 
+/* Where sled is, or goes, in the index. */
+static uint32_t *index_of(uint64_t sled) {
+  uint64_t m = 2 * WEAVE_SLOTS - 1, i = ((sled >> 1) * 0x9E3779B97F4A7C15ull >> 40) & m;
+  while (W.index[i] && W.slots[W.index[i] - 1].sled != sled) i = (i + 1) & m;
+  return &W.index[i];
+}
+
 /* A stub for a sled: its slot's, or a new one in a page within reach. */
 static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
-  for (uint32_t i = 0; i < W.nslots; i++)
-    if (W.slots[i].sled == sled) {
-      *slot = i;
-      return W.slots[i].stub;
-    }
+  uint32_t *ix = index_of(sled);
+  if (*ix) {
+    *slot = *ix - 1;
+    return W.slots[*slot].stub;
+  }
   if (W.nslots == WEAVE_SLOTS) return 0;
   struct wpage *pg = 0;
   for (uint32_t i = 0; i < W.npages && !pg; i++)
@@ -1044,6 +1053,7 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
   W.slots[n].sled = sled;
   W.slots[n].stub = (uint64_t)(uintptr_t)st;
   W.nslots = n + 1;
+  *ix = n + 1;
   *slot = n;
   return W.slots[n].stub;
 }
@@ -1157,9 +1167,10 @@ API int bkf_unweave(int n, const uint64_t *sleds) {
   }
   sync_cores();
   text_writable(lo, hi, 0);
-  for (int i = 0; i < n; i++)
-    for (uint32_t k = 0; k < W.nslots; k++)
-      if (W.slots[k].sled == sleds[i]) __atomic_store_n(&W.slots[k].h, (bkf_handler)0, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < n; i++) {
+    uint32_t *ix = index_of(sleds[i]);
+    if (*ix) __atomic_store_n(&W.slots[*ix - 1].h, (bkf_handler)0, __ATOMIC_SEQ_CST);
+  }
   /* no thread may still be inside a handler when this returns */
   while (__atomic_load_n(&W.inflight, __ATOMIC_SEQ_CST)) sc0(SYS_sched_yield);
 out:
