@@ -142,7 +142,7 @@ def main():
         L.append(f"| {label} | {PAPER[key]} | {cell(so, key, True)} | {cell(st, key, True)} | {pl} | {lk} |")
     L.append("")
     L.append(
-        "Register and remove take the table's lock (one `lock cmpxchg` and one `xchg`); get takes no lock "
+        "Register and remove take the table's lock (one `lock cmpxchg`; unlocking is a plain store); get takes no lock "
         "and writes nothing. Every batch brings 2,000 new addresses and removed keys stay as dead slots "
         f"until a rebuild copies the live entries out: the changeID table ({cap_change:,} slots) was "
         f"rebuilt {rebuilds} times in {reps + 1} batches (about one per batch, plus the first ones growing it "

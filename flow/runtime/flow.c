@@ -26,7 +26,7 @@
  *   A table is an open-addressing array of 16-byte slots {key, value}, linear
  *   probing, Fibonacci hashing of the address (the top bits of key * 2^64/phi,
  *   so aligned pointers spread well). Writers (register, remove) serialise on
- *   one futex lock per table; get takes no lock and writes nothing.
+ *   one lock per table (spin, then yield); get takes no lock and writes nothing.
  *   - A key, once written into a slot, stays in that slot for the life of
  *     that array: remove only stores 0 in the value (a "dead" slot keeps its
  *     key), and registering the key again reuses its slot. So a reader that
@@ -102,7 +102,6 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -231,25 +230,23 @@ static int64_t parse_size(const char *s) {
 }
 
 /* ------------------------------------------------------------------ */
-/* The lock of a table's writers: a futex mutex (0 free, 1 held, 2 held
- * with waiters), spinning a little first because writers hold it for tens
- * of nanoseconds except while rebuilding.                              */
+/* The lock of a table's writers (0 free, 1 held). Writers hold it for tens
+ * of nanoseconds except while rebuilding, so a waiter spins a little, then
+ * yields the CPU until it is free; unlocking is a plain release store. One
+ * locked instruction per lock and unlock (a futex mutex needs a second, an
+ * exchange on unlock to see whether anyone sleeps: 8-10 ns on some VMs). */
 
 static inline void lock(int *l) {
   int z = 0;
   if (likely(CAS(l, &z, 1))) return;
-  for (int i = 0; i < 200; i++) {
-    cpu_relax();
+  for (unsigned i = 0;; i++) {
+    if (i < 200) cpu_relax();
+    else sc0(SYS_sched_yield);
     z = 0;
     if (LD(l) == 0 && CAS(l, &z, 1)) return;
   }
-  while (__atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE) != 0)
-    sc4(SYS_futex, l, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 2, 0);
 }
-static inline void unlock(int *l) {
-  if (unlikely(__atomic_exchange_n(l, 0, __ATOMIC_RELEASE) == 2))
-    sc3(SYS_futex, l, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1);
-}
+static inline void unlock(int *l) { ST_REL(l, 0); }
 
 /* ------------------------------------------------------------------ */
 /* Global state (this copy of the runtime's bss)                       */
