@@ -32,6 +32,9 @@ enum FlowCmd {
     /// Per-flow timelines from every process's buffer (Table 2); --chrome and
     /// --otel export them for trace viewers
     Report(bunkai_flow::report::ReportArgs),
+    /// The C of the advice module an aspect makes for a program (what weaving
+    /// loads; sleds at their link-time addresses)
+    Emit(bunkai_flow::weave::EmitArgs),
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -41,5 +44,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         FlowCmd::Check(c) => bunkai_flow::check::run(&c),
         FlowCmd::Dump(d) => bunkai_flow::report::dump(&d),
         FlowCmd::Report(r) => bunkai_flow::report::report(&r),
+        FlowCmd::Emit(e) => bunkai_flow::weave::emit(&e),
     }
 }

@@ -302,7 +302,7 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
     (d, sels)
 }
 
-fn parse_program(spec: &str) -> Result<Program> {
+pub fn parse_program(spec: &str) -> Result<Program> {
     // EXE@HOST, where the path itself may contain '@'
     let (path, host) = match spec.rsplit_once('@') {
         Some((p, h)) if !h.is_empty() && !h.contains('/') && std::path::Path::new(p).exists() => (p, Some(h.to_string())),

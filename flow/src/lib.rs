@@ -12,6 +12,7 @@
 //! - `buffer`: the per-process record buffers STORE_DATA fills.
 //! - `report`: `bunkai flow dump` and `report` (timelines per flow, Chrome
 //!   trace and OpenTelemetry export).
+//! - `weave`: the C of the advice module (`bunkai flow emit`).
 //!
 //! The layouts shared with the pass and the runtime are in
 //! flow/include/bunkai_flow.h.
@@ -20,6 +21,7 @@ pub mod buffer;
 pub mod cc;
 pub mod check;
 pub mod report;
+pub mod weave;
 pub mod joinpoints;
 pub mod points;
 #[cfg(test)]

@@ -844,3 +844,57 @@ fn weaving_and_unweaving_under_load_changes_nothing_but_the_calls() {
     assert!(woven.contains("weave: 0, again: refused\n"), "{woven}");
     assert!(woven.contains("rounds 300, failed 0, calls seen, bad 0, calls after unweave 0\n"), "{woven}");
 }
+
+/// `bunkai flow emit`: the advice module an aspect makes for the packets
+/// program compiles, is a module bunkai mod reads, and does at each join
+/// point what the xflow definition says (start, copy, quit) before the
+/// advice.
+#[test]
+fn emit_generates_a_module_that_compiles() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("packets");
+    flow_cc("packets", &["-O2"], &exe);
+    let c = d.path().join("pk.c");
+    bunkai_ok(&["flow", "emit", aspect("packets").to_str().unwrap(), "--program", exe.to_str().unwrap(), "-o", c.to_str().unwrap()]);
+    let src = std::fs::read_to_string(&c).unwrap();
+    let obj = d.path().join("pk.o");
+    let st = Command::new("clang-14")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-c"])
+        .arg(format!("-I{}", root().join("flow/include").display()))
+        .arg(format!("-I{}", root().join("mod/include").display()))
+        .arg(&c)
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{src}");
+    let info = String::from_utf8(bunkai_ok(&["mod", "info", obj.to_str().unwrap()]).stdout).unwrap();
+    assert!(info.starts_with("flow_packets 1 "), "{info}");
+    assert!(info.contains("bkf_weave") && info.contains("register_flowid"), "{info}");
+    // each part where its pointcut is, the xflow's code before the advice
+    let block = |what: &str| -> String {
+        let at = src.find(&format!("/* {what} ")).unwrap_or_else(|| panic!("{what}: {src}"));
+        src[at..].split("\n    }\n").next().unwrap().to_string()
+    };
+    let start = block("xflow pktflow start 1");
+    assert!(start.contains("pkt_alloc */") && start.contains("register_flowid(T_pktflow, key__, get_new_flowid())"), "{start}");
+    let transit = block("xflow pktflow transit 1");
+    assert!(transit.contains("pkt_clone */") && transit.contains("register_flowid(T_pktflow, to__, id__)"), "{transit}");
+    assert!(!transit.contains("remove_flowid"), "a copy keeps the source's ID: {transit}");
+    let quit = block("xflow pktflow quit 1");
+    assert!(quit.contains("pkt_free */") && quit.contains("remove_flowid(T_pktflow, key__)"), "{quit}");
+    assert!(src.find("xflow pktflow start 1").unwrap() < src.find("advice 1 (line").unwrap());
+    assert!(src.contains("STORE_DATA3(bkf_pc__, tsc, id)"), "$pc$ becomes the sled's address");
+
+    // what cannot be woven yet is refused with the place
+    let after = d.path().join("after.xml");
+    std::fs::write(&after, std::fs::read_to_string(aspect("packets")).unwrap().replace("<before>", "<after>").replace("</before>", "</after>")).unwrap();
+    let (_, err) = bunkai_fails(&["flow", "emit", after.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("<after> needs a sled after the join point"), "{err}");
+    let bad = d.path().join("bad.xml");
+    std::fs::write(&bad, std::fs::read_to_string(aspect("packets")).unwrap().replace("xflow(pktflow, p, id)", "xflow(nope, p, id)")).unwrap();
+    let (_, err) = bunkai_fails(&["flow", "emit", bad.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("unknown xflow nope") && err.contains("bunkai flow check"), "{err}");
+}

@@ -1,0 +1,374 @@
+//! The advice module `bunkai flow weave` will load (seed 003 §4.1, Figs.
+//! 5-8): C generated from an aspect for one program, from the join points
+//! each pointcut selects (check.rs) and where each variable is at them
+//! (the join-point table). One handler serves every woven sled; at each, the
+//! xflow definitions' code runs first, then the advice, as §4.1 says. The
+//! module's init weaves the sleds through the runtime (bkf_weave,
+//! bunkai_flow.h §4), and its exit unweaves them.
+//!
+//! Not built yet: compiling the module and loading it into a running
+//! process through bunkai mod's loader (the CLI), so nothing here has run
+//! inside a target. The tests compile what it generates.
+
+use crate::aspect::{Aspect, How, Prim};
+use crate::check::{selects, uses, Program};
+use crate::joinpoints::{Base, JoinPoint, Kind, Location};
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+pub struct Generated {
+    /// The module's C source.
+    pub source: String,
+    /// The woven sleds' addresses as mapped (link-time address + bias), in
+    /// the order of the handler's cases.
+    pub sleds: Vec<u64>,
+}
+
+/// The saved register behind a name the compiler printed, with the C type
+/// of that width.
+fn reg(name: &str) -> Option<(&'static str, &'static str)> {
+    const R: [(&str, [&str; 4]); 15] = [
+        ("rax", ["rax", "eax", "ax", "al"]),
+        ("rbx", ["rbx", "ebx", "bx", "bl"]),
+        ("rcx", ["rcx", "ecx", "cx", "cl"]),
+        ("rdx", ["rdx", "edx", "dx", "dl"]),
+        ("rsi", ["rsi", "esi", "si", "sil"]),
+        ("rdi", ["rdi", "edi", "di", "dil"]),
+        ("rbp", ["rbp", "ebp", "bp", "bpl"]),
+        ("r8", ["r8", "r8d", "r8w", "r8b"]),
+        ("r9", ["r9", "r9d", "r9w", "r9b"]),
+        ("r10", ["r10", "r10d", "r10w", "r10b"]),
+        ("r11", ["r11", "r11d", "r11w", "r11b"]),
+        ("r12", ["r12", "r12d", "r12w", "r12b"]),
+        ("r13", ["r13", "r13d", "r13w", "r13b"]),
+        ("r14", ["r14", "r14d", "r14w", "r14b"]),
+        ("r15", ["r15", "r15d", "r15w", "r15b"]),
+    ];
+    const T: [&str; 4] = ["uint64_t", "uint32_t", "uint16_t", "uint8_t"];
+    for (field, names) in R {
+        if let Some(k) = names.iter().position(|n| *n == name) {
+            return Some((field, T[k]));
+        }
+    }
+    None
+}
+
+/// A C expression of type `void *` pointing at where the variable is (so
+/// the advice may read or change it), or an error naming the place.
+fn address_of(loc: &Location, what: &str, jp: &JoinPoint) -> Result<String> {
+    Ok(match loc {
+        Location::Reg(r) if r.starts_with("xmm") => {
+            let n: u32 = r[3..].parse().unwrap_or(99);
+            if n > 15 {
+                bail!("{what} at {}:{} is in %{r}, which the trampoline does not save", jp.file, jp.line);
+            }
+            format!("(void *)((char *)xs__ + {})", 160 + 16 * n)
+        }
+        Location::Reg(r) => match reg(r) {
+            Some((field, _)) => format!("(void *)&f__->{field}"),
+            None => bail!("{what} at {}:{} is in %{r}, which advice cannot reach", jp.file, jp.line),
+        },
+        Location::Mem { base: Base::Rsp, offset } => format!("(void *)((uint64_t)&f__->ret + 8 + ({offset}))"),
+        Location::Mem { base: Base::Rbp, offset } => format!("(void *)(f__->rbp + ({offset}))"),
+        Location::Imm(_) => bail!("{what} at {}:{} is a constant, it has no address (use target() or read it)", jp.file, jp.line),
+    })
+}
+
+/// A C expression of type `void *`: the variable's value, a pointer.
+fn pointer_value(loc: &Location, what: &str, jp: &JoinPoint) -> Result<String> {
+    Ok(match loc {
+        Location::Imm(v) => format!("(void *)(uintptr_t){v}ll"),
+        Location::Reg(r) if reg(r).is_some_and(|(_, t)| t != "uint64_t") => {
+            bail!("{what} at {}:{} is in %{r}, too narrow for a pointer", jp.file, jp.line)
+        }
+        _ => format!("(*(void **){})", address_of(loc, what, jp)?),
+    })
+}
+
+fn operand<'a>(jp: &'a JoinPoint, name: &str, what: &str) -> Result<&'a Location> {
+    match jp.operand(name) {
+        Some(l) => Ok(l),
+        None => bail!("{what}: {name} is not visible at {}:{} in {} (run `bunkai flow check`)", jp.file, jp.line, jp.function),
+    }
+}
+
+fn c_ident(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+/// The accessed struct a pointcut names (the header type of xin/xout).
+fn struct_of(prims: &[(&Prim, crate::aspect::Pos)]) -> Option<String> {
+    prims.iter().find_map(|(p, _)| match p {
+        Prim::Access { strukt, .. } => Some(strukt.clone()),
+        _ => None,
+    })
+}
+
+/// Generates the advice module for `prog`, mapped at `bias`.
+pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<Generated> {
+    let us = uses(a);
+    // xflow code first, then advice (uses() lists advice first)
+    let n_adv = a.advices.len();
+    let order: Vec<usize> = (n_adv..us.len()).chain(0..n_adv).collect();
+    let mut blocks: BTreeMap<usize, Vec<String>> = BTreeMap::new(); // join point index -> code
+    let xin_fields: BTreeMap<&str, &crate::aspect::Field> = a
+        .xflows
+        .iter()
+        .flat_map(|x| x.transits.iter())
+        .filter_map(|t| match &t.how {
+            How::Xin { name, field, .. } => Some((name.as_str(), field)),
+            _ => None,
+        })
+        .collect();
+    for &ui in &order {
+        let u = &us[ui];
+        let prims = u.pointcut.expr.prims();
+        let sel: Vec<&JoinPoint> = prog.jps.iter().filter(|jp| selects(&u.pointcut.expr, jp, &prog.host)).collect();
+        for jp in sel {
+            let mut c = String::new();
+            let _ = writeln!(c, "    /* {} (line {}) at {}:{} {} */", u.what, u.pointcut.pos.line, jp.file, jp.line, jp.function);
+            c += "    {\n";
+            // bindings of the pointcut
+            for (p, _) in &prims {
+                match p {
+                    Prim::Target(v) => {
+                        if jp.kind != Kind::Access {
+                            bail!("{}: target({v}) at a function entry ({})", u.what, jp.function);
+                        }
+                        let loc = operand(jp, "$base", &u.what)?;
+                        let _ = writeln!(c, "      void *{v} = {};", pointer_value(loc, v, jp)?);
+                    }
+                    Prim::LocalVar { var, name } => {
+                        let loc = operand(jp, var, &u.what)?;
+                        let _ = writeln!(c, "      void *{name} = {};", address_of(loc, var, jp)?);
+                    }
+                    _ => {}
+                }
+            }
+            let key = |sel: &Option<(String, crate::aspect::Pos)>| -> Result<String> {
+                match sel {
+                    Some((v, _)) => pointer_value(operand(jp, v, &u.what)?, v, jp),
+                    None => pointer_value(operand(jp, "$base", &u.what)?, "the accessed instance", jp),
+                }
+            };
+            let value = |v: &str| -> Result<String> { pointer_value(operand(jp, v, &u.what)?, v, jp) };
+            if ui < n_adv {
+                let ad = &a.advices[ui];
+                if ad.after.is_some() {
+                    bail!("advice {} (line {}): <after> needs a sled after the join point, which the pass does not place yet", ui + 1, ad.pos.line);
+                }
+                let mut close = 0;
+                for (p, _) in &prims {
+                    if let Prim::Xflow { name, var, id } = p {
+                        let idv = id.clone().unwrap_or_else(|| format!("bkf_id_{}__", c_ident(var)));
+                        let _ = writeln!(c, "      bkf_id {idv} = get_flowid(T_{name}, {var});");
+                        let _ = writeln!(c, "      if ({idv} != 0) {{");
+                        close += 1;
+                    }
+                }
+                if close > 0 && !top_level_and(&u.pointcut.expr) {
+                    bail!("advice {} (line {}): xflow() under OR or NOT is not supported (write it as AND ... AND xflow(...))", ui + 1, ad.pos.line);
+                }
+                let code = ad.before.as_ref().map(|b| b.text.replace("$pc$", "bkf_pc__")).unwrap_or_default();
+                let _ = writeln!(c, "      {{ {} }}", code.trim());
+                c += &"      }\n".repeat(close);
+            } else {
+                // which xflow and which part
+                let (x, part) = xflow_part(a, ui - n_adv);
+                let t = format!("T_{}", x.name);
+                match part {
+                    Part::Start(p) => match &p.action {
+                        Some(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
+                        None => { let _ = writeln!(c, "      void *key__ = {};\n      if (key__) register_flowid({t}, key__, get_new_flowid());", key(&p.select)?); }
+                    },
+                    Part::Quit(p) => match &p.action {
+                        Some(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
+                        None => { let _ = writeln!(c, "      void *key__ = {};\n      if (key__) remove_flowid({t}, key__);", key(&p.select)?); }
+                    },
+                    Part::Transit(tr) => match &tr.how {
+                        How::Action(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
+                        How::Local { from, to, keep } => {
+                            let _ = writeln!(c, "      void *from__ = {}, *to__ = {};", value(from)?, value(to)?);
+                            let _ = writeln!(c, "      bkf_id id__ = get_flowid({t}, from__);");
+                            let _ = writeln!(c, "      if (id__ && to__) {{\n        register_flowid({t}, to__, id__);");
+                            if !keep {
+                                let _ = writeln!(c, "        remove_flowid({t}, from__);");
+                            }
+                            c += "      }\n";
+                        }
+                        How::Xin { from, to, keep, field, .. } => {
+                            let Some(s) = struct_of(&prims) else {
+                                bail!("{}: the header's type comes from access(STRUCT.member) in the pointcut (add one)", u.what);
+                            };
+                            let mask = mask(field.size);
+                            let _ = writeln!(c, "      void *from__ = {}; struct {s} *hdr__ = {};", value(from)?, value(to)?);
+                            let _ = writeln!(c, "      bkf_id id__ = get_flowid({t}, from__);");
+                            let _ = writeln!(c, "      if (id__ && hdr__) {{");
+                            let _ = writeln!(
+                                c,
+                                "        hdr__->{f} = (hdr__->{f} & ~({mask} << {o})) | ((id__ & {mask}) << {o});",
+                                f = field.name,
+                                o = field.offset
+                            );
+                            if !keep {
+                                let _ = writeln!(c, "        remove_flowid({t}, from__);");
+                            }
+                            c += "      }\n";
+                        }
+                        How::Xout { name, from, to, keep } => {
+                            let Some(field) = xin_fields.get(name.as_str()) else {
+                                bail!("{}: xout {name} has no xin of that name (run `bunkai flow check`)", u.what);
+                            };
+                            let Some(s) = struct_of(&prims) else {
+                                bail!("{}: the header's type comes from access(STRUCT.member) in the pointcut (add one)", u.what);
+                            };
+                            let mask = mask(field.size);
+                            let _ = writeln!(c, "      struct {s} *hdr__ = {}; void *to__ = {};", value(from)?, value(to)?);
+                            let _ = writeln!(c, "      if (hdr__ && to__) {{");
+                            let _ = writeln!(c, "        bkf_id id__ = ((uint64_t)hdr__->{f} >> {o}) & {mask};", f = field.name, o = field.offset);
+                            let _ = writeln!(c, "        if (id__) register_flowid({t}, to__, id__);");
+                            if !keep {
+                                let _ = writeln!(c, "        hdr__->{f} &= ~({mask} << {o});", f = field.name, o = field.offset);
+                            }
+                            c += "      }\n";
+                        }
+                    },
+                }
+            }
+            c += "    }\n";
+            blocks.entry(jp.index).or_default().push(c);
+        }
+    }
+    if blocks.is_empty() {
+        bail!("the aspect selects no join point in {} (see `bunkai flow check --program`)", prog.path.display());
+    }
+    let mut src = String::new();
+    let _ = writeln!(
+        src,
+        "/* Generated by bunkai flow weave for {}: do not edit. */\n#include <stdint.h>\n#include \"bunkai_flow.h\"\n#include \"bunkai_mod.h\"\n",
+        prog.path.display()
+    );
+    for x in &a.xflows {
+        let _ = writeln!(src, "static struct bkf_table *T_{};", x.name);
+    }
+    let mut sleds = Vec::new();
+    let mut cases = String::new();
+    let mut jpidx = Vec::new();
+    for (k, (ji, codes)) in blocks.iter().enumerate() {
+        let jp = &prog.jps[*ji];
+        sleds.push(jp.sled_addr + bias);
+        jpidx.push(*ji);
+        let _ = writeln!(cases, "  case {k}: /* join point {ji} */");
+        for c in codes {
+            cases += c;
+        }
+        cases += "    break;\n";
+    }
+    let list = |v: &[String]| v.join(",\n  ");
+    let _ = writeln!(src, "static const uint64_t SLEDS__[{}] = {{\n  {}\n}};", sleds.len(), list(&sleds.iter().map(|s| format!("{s:#x}ull")).collect::<Vec<_>>()));
+    let _ = writeln!(src, "static const uint32_t JP__[{}] = {{{}}};", jpidx.len(), jpidx.iter().map(|j| j.to_string()).collect::<Vec<_>>().join(", "));
+    let _ = writeln!(src, "static uint32_t CASE__[{}];\n", sleds.len());
+    let _ = writeln!(
+        src,
+        "static void handler__(struct bkf_frame *f__, void *xs__, uint32_t k__, void *arg__) {{\n  \
+           uint64_t bkf_pc__ = f__->ret - 7;\n  uint32_t bkf_jp__ = JP__[k__];\n  (void)xs__, (void)arg__, (void)bkf_pc__, (void)bkf_jp__;\n  \
+           switch (k__) {{\n{cases}  }}\n}}\n"
+    );
+    let _ = writeln!(src, "static int init__(void) {{");
+    for x in &a.xflows {
+        let _ = writeln!(src, "  T_{0} = bkf_table(\"{0}\");", x.name);
+    }
+    let _ = writeln!(
+        src,
+        "  for (uint32_t k = 0; k < {n}; k++) CASE__[k] = k;\n  return bkf_weave({n}, SLEDS__, CASE__, handler__, 0) ? -1 : 0;\n}}\n\
+         static void exit__(void) {{ bkf_unweave({n}, SLEDS__); }}\n\n\
+         BUNKAI_MODULE(\"{module}\", \"1\");\nBUNKAI_MODULE_INIT(init__);\nBUNKAI_MODULE_EXIT(exit__);",
+        n = sleds.len()
+    );
+    Ok(Generated { source: src, sleds })
+}
+
+fn mask(bits: u32) -> String {
+    if bits >= 64 {
+        "0xffffffffffffffffull".into()
+    } else {
+        format!("{:#x}ull", (1u64 << bits) - 1)
+    }
+}
+
+/// Whether every xflow() of the expression sits in a chain of ANDs.
+fn top_level_and(e: &crate::aspect::Expr) -> bool {
+    use crate::aspect::Expr;
+    fn has_xflow(e: &Expr) -> bool {
+        e.prims().iter().any(|(p, _)| matches!(p, Prim::Xflow { .. }))
+    }
+    match e {
+        Expr::And(a, b) => top_level_and(a) && top_level_and(b),
+        Expr::Or(_, _) | Expr::Not(_) => !has_xflow(e),
+        Expr::Prim(..) => true,
+    }
+}
+
+enum Part<'a> {
+    Start(&'a crate::aspect::Point),
+    Transit(&'a crate::aspect::Transit),
+    Quit(&'a crate::aspect::Point),
+}
+
+/// The k-th xflow part in uses() order (starts, transits, quits per xflow).
+fn xflow_part(a: &Aspect, mut k: usize) -> (&crate::aspect::Xflow, Part<'_>) {
+    for x in &a.xflows {
+        if k < x.starts.len() {
+            return (x, Part::Start(&x.starts[k]));
+        }
+        k -= x.starts.len();
+        if k < x.transits.len() {
+            return (x, Part::Transit(&x.transits[k]));
+        }
+        k -= x.transits.len();
+        if k < x.quits.len() {
+            return (x, Part::Quit(&x.quits[k]));
+        }
+        k -= x.quits.len();
+    }
+    unreachable!("uses() and the xflows disagree")
+}
+
+#[derive(clap::Args)]
+pub struct EmitArgs {
+    /// The aspect (XML, the paper's notation)
+    pub aspect: std::path::PathBuf,
+    /// The program built with `bunkai flow cc` (EXE[@HOST])
+    #[arg(long = "program", value_name = "EXE[@HOST]")]
+    pub program: String,
+    /// Write the C here instead of standard output
+    #[arg(short = 'o', value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// The module's name (default: flow_ASPECT)
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+/// `bunkai flow emit`: the advice module's C for a program, sleds at their
+/// link-time addresses (weaving adds the load bias). The aspect is checked
+/// first, as `bunkai flow check` does.
+pub fn emit(a: &EmitArgs) -> Result<std::process::ExitCode> {
+    let name = a.aspect.display().to_string();
+    let src = std::fs::read_to_string(&a.aspect).map_err(|e| anyhow::anyhow!("cannot read {name}: {e}"))?;
+    let aspect = crate::aspect::parse(&src).map_err(|e| anyhow::anyhow!("{name}:{e}"))?;
+    let prog = crate::check::parse_program(&a.program)?;
+    let mut d = crate::check::check_aspect(&aspect);
+    d.extend(crate::check::check_programs(&aspect, std::slice::from_ref(&prog)).0);
+    if let Some(first) = d.first() {
+        bail!("{name}:{first} (`bunkai flow check {name} --program {}` lists every problem)", a.program);
+    }
+    let stem = a.aspect.file_stem().and_then(|s| s.to_str()).unwrap_or("aspect");
+    let module = a.name.clone().unwrap_or_else(|| format!("flow_{}", c_ident(stem)));
+    let g = generate(&aspect, &prog, 0, &module)?;
+    match &a.out {
+        Some(p) => bunkai_scatter::util::write_atomic(p, g.source.as_bytes())?,
+        None => print!("{}", g.source),
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
