@@ -35,6 +35,11 @@ enum FlowCmd {
     /// The C of the advice module an aspect makes for a program (what weaving
     /// loads; sleds at their link-time addresses)
     Emit(bunkai_flow::weave::EmitArgs),
+    /// Weave an aspect into a running program (no restart): check it, compile
+    /// its advice, load it through bunkai mod, patch the sleds it selects
+    Weave(bunkai_flow::weave::WeaveArgs),
+    /// Take a woven aspect out of a running program
+    Unweave(bunkai_flow::weave::UnweaveArgs),
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -45,5 +50,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         FlowCmd::Dump(d) => bunkai_flow::report::dump(&d),
         FlowCmd::Report(r) => bunkai_flow::report::report(&r),
         FlowCmd::Emit(e) => bunkai_flow::weave::emit(&e),
+        FlowCmd::Weave(w) => bunkai_flow::weave::weave(&w),
+        FlowCmd::Unweave(u) => bunkai_flow::weave::unweave(&u),
     }
 }

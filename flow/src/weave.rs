@@ -372,3 +372,142 @@ pub fn emit(a: &EmitArgs) -> Result<std::process::ExitCode> {
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
+
+#[derive(clap::Args)]
+pub struct WeaveArgs {
+    /// The running program (built with `bunkai flow cc`, started with
+    /// libbunkai-host.so and libbunkai-flow.so in LD_PRELOAD)
+    #[arg(long)]
+    pub pid: u32,
+    /// The aspect (XML)
+    pub aspect: std::path::PathBuf,
+    /// The module's name (default: flow_ASPECT); `unweave` takes it
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Extra flags for compiling the advice (e.g. -I and -include for the
+    /// header structs xin/xout write)
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    pub cflags: Option<String>,
+    /// Keep the generated C and object here
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct UnweaveArgs {
+    #[arg(long)]
+    pub pid: u32,
+    /// The woven module's name (default: the only flow_ module loaded)
+    pub name: Option<String>,
+}
+
+/// The load bias of the program's image in process pid: where its file
+/// offset 0 is mapped, less the lowest PT_LOAD address.
+fn load_bias(pid: u32, exe: &std::path::Path) -> Result<u64> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let data = std::fs::read(exe).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", exe.display()))?;
+    let elf = ElfFile64::<object::Endianness>::parse(&*data).map_err(|e| anyhow::anyhow!("{}: {e}", exe.display()))?;
+    let e = elf.endian();
+    let lowest = elf
+        .elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(e) == object::elf::PT_LOAD)
+        .map(|p| p.p_vaddr(e) & !0xfff)
+        .min()
+        .unwrap_or(0);
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| anyhow::anyhow!("cannot read /proc/{pid}/maps: {e}"))?;
+    let want = exe.to_string_lossy();
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() >= 6 && f[5] == want && u64::from_str_radix(f[2], 16) == Ok(0) {
+            let start = u64::from_str_radix(f[0].split('-').next().unwrap_or(""), 16)?;
+            return Ok(start - lowest);
+        }
+    }
+    bail!("{} is not mapped in process {pid} (is it the program?)", exe.display())
+}
+
+/// `bunkai flow weave --pid PID ASPECT.xml`: check the aspect against the
+/// running program, generate the advice module, compile it with clang-14,
+/// and load it through bunkai mod's loader; its init patches the sleds.
+pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
+    let t0 = std::time::Instant::now();
+    let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
+        .map_err(|e| anyhow::anyhow!("no process {} to weave into ({e}) (check the pid)", a.pid))?;
+    let exe_s = exe.to_string_lossy().to_string();
+    let name = a.aspect.display().to_string();
+    let src = std::fs::read_to_string(&a.aspect).map_err(|e| anyhow::anyhow!("cannot read {name}: {e}"))?;
+    let aspect = crate::aspect::parse(&src).map_err(|e| anyhow::anyhow!("{name}:{e}"))?;
+    let prog = crate::check::parse_program(&exe_s)?;
+    let mut d = crate::check::check_aspect(&aspect);
+    d.extend(crate::check::check_programs(&aspect, std::slice::from_ref(&prog)).0);
+    if let Some(first) = d.first() {
+        bail!("{name}:{first} (`bunkai flow check {name} --program {exe_s}` lists every problem)");
+    }
+    let sock = bunkai_mod::proto::default_socket(a.pid);
+    if !sock.exists() {
+        bail!(
+            "process {} has no module socket {} (start it with LD_PRELOAD=\"libbunkai-host.so libbunkai-flow.so\" from {})",
+            a.pid,
+            sock.display(),
+            bunkai_scatter::toolchain::helper_libdir()?.display()
+        );
+    }
+    let bias = load_bias(a.pid, &exe)?;
+    let stem = a.aspect.file_stem().and_then(|s| s.to_str()).unwrap_or("aspect");
+    let module = a.name.clone().unwrap_or_else(|| format!("flow_{}", c_ident(stem)));
+    let g = generate(&aspect, &prog, bias, &module)?;
+    let tmp = tempfile::Builder::new().prefix("bunkai-weave").tempdir()?;
+    let dir = a.keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir)?;
+    let c = dir.join(format!("{module}.c"));
+    let o = dir.join(format!("{module}.o"));
+    std::fs::write(&c, &g.source)?;
+    let inc = bunkai_scatter::toolchain::helper_libdir()?.join("include");
+    let mut cc = std::process::Command::new("clang-14");
+    cc.args(["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"]).arg(format!("-I{}", inc.display()));
+    if let Some(f) = &a.cflags {
+        cc.args(f.split_whitespace());
+    }
+    let out = cc.arg(&c).arg("-o").arg(&o).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err.lines().find(|l| l.contains("error")).unwrap_or("").trim();
+        bail!("the advice does not compile: {first} (the C is kept with --keep DIR; xin/xout need the header struct: --cflags \"-include header.h\")");
+    }
+    let mut host = bunkai_mod::proto::Host::connect(&sock)?;
+    let r = bunkai_mod::server::load(&mut host, &bunkai_mod::server::LoadOptions { file: &o, dirs: vec![], replace: None, copy: false })?;
+    println!(
+        "bunkai flow: woven {module} into {} ({}): {} sled{}, loaded in {:.0} us, {:.1} ms in all",
+        a.pid,
+        exe_s,
+        g.sleds.len(),
+        if g.sleds.len() == 1 { "" } else { "s" },
+        r.total_us,
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `bunkai flow unweave --pid PID [NAME]`: unload the module; its exit
+/// unpatches the sleds and returns when no advice runs.
+pub fn unweave(a: &UnweaveArgs) -> Result<std::process::ExitCode> {
+    let sock = bunkai_mod::proto::default_socket(a.pid);
+    let mut host = bunkai_mod::proto::Host::connect(&sock)?;
+    let name = match &a.name {
+        Some(n) => n.clone(),
+        None => {
+            let st = host.hello()?;
+            let woven: Vec<String> =
+                bunkai_mod::server::loaded_modules(&st)?.into_iter().map(|m| m.rec.name).filter(|n| n.starts_with("flow_")).collect();
+            match woven.as_slice() {
+                [one] => one.clone(),
+                [] => bail!("nothing is woven into process {}", a.pid),
+                _ => bail!("several aspects are woven into process {}: {} (name one)", a.pid, woven.join(", ")),
+            }
+        }
+    };
+    let r = bunkai_mod::server::unload(&mut host, &name, false)?;
+    println!("bunkai flow: unwoven {name} from {} in {:.0} us", a.pid, r.total_us);
+    Ok(std::process::ExitCode::SUCCESS)
+}

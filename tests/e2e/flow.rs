@@ -898,3 +898,83 @@ fn emit_generates_a_module_that_compiles() {
     one_line(&err);
     assert!(err.contains("unknown xflow nope") && err.contains("bunkai flow check"), "{err}");
 }
+
+/// `bunkai flow weave` and `unweave` on a running server (pktserver.c, the
+/// packets workload driven by stdin) started with libbunkai-host and
+/// libbunkai-flow preloaded: its answers never change, the woven round
+/// leaves one flow per packet it allocated, and weaving and unweaving five
+/// times while it is busy with a long request loses nothing.
+#[test]
+fn weave_and_unweave_a_running_server() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = tempfile::tempdir().unwrap();
+    let lib = bunkai().parent().unwrap().join("../lib/bunkai");
+    let exe = d.path().join("pktserver");
+    flow_cc("pktserver", &["-O2"], &exe);
+    let bufs = d.path().join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    // the expected answers, from a plain run
+    let plain = Command::new(&exe).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let script = "go 50\ngo 300000\ngo 50\n";
+    let mut plain = plain;
+    plain.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let want: Vec<String> = String::from_utf8(plain.wait_with_output().unwrap().stdout).unwrap().lines().skip(1).map(String::from).collect();
+    assert_eq!(want.len(), 3);
+
+    let mut srv = Command::new(&exe)
+        .env("BUNKAI_HOST", "1")
+        .env("LD_PRELOAD", format!("{} {}", lib.join("libbunkai-host.so").display(), lib.join("libbunkai-flow.so").display()))
+        .env("BUNKAI_FLOW_DIR", &bufs)
+        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = srv.id().to_string();
+    let mut input = srv.stdin.take().unwrap();
+    let mut output = BufReader::new(srv.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut next = |line: &mut String| {
+        line.clear();
+        output.read_line(line).unwrap();
+        line.trim_end().to_string()
+    };
+    assert_eq!(next(&mut line), "ready");
+    let pk = aspect("packets");
+    let weave = || bunkai_ok(&["flow", "weave", "--pid", &pid, pk.to_str().unwrap()]);
+    let unweave = || bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+
+    let o = weave();
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("bunkai flow: woven flow_packets into "), "{o:?}");
+    input.write_all(b"go 50\n").unwrap();
+    assert_eq!(next(&mut line), want[0]);
+    unweave();
+    let (_, err) = bunkai_fails(&["flow", "unweave", "--pid", &pid]);
+    one_line(&err);
+    assert!(err.contains("nothing is woven"), "{err}");
+    let flows: Value = serde_json::from_slice(
+        &Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout,
+    )
+    .unwrap();
+    let flows = flows["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 50, "one flow per packet allocated while woven");
+    for f in flows {
+        assert_eq!(f["steps"][0]["function"], "pkt_alloc", "{f}");
+    }
+
+    // under load: a long request, woven and unwoven five times meanwhile
+    input.write_all(b"go 300000\n").unwrap();
+    for _ in 0..5 {
+        weave();
+        unweave();
+    }
+    assert_eq!(next(&mut line), want[1]);
+    input.write_all(b"go 50\n").unwrap();
+    assert_eq!(next(&mut line), want[2]);
+    drop(input);
+    assert!(srv.wait().unwrap().success());
+
+    // a process without the module socket
+    let (_, err) = bunkai_fails(&["flow", "weave", "--pid", &std::process::id().to_string(), pk.to_str().unwrap()]);
+    one_line(&err);
+}
