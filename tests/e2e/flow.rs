@@ -582,6 +582,21 @@ fn errors_are_one_clear_line() {
     );
 }
 
+/// Where the runtimes are: beside the bunkai binary.
+fn runtime_dir() -> PathBuf {
+    bunkai().parent().unwrap().join("../lib/bunkai")
+}
+
+/// `flow_cc` for a program that calls the flow runtime itself: its header,
+/// and libbunkai-flow.so linked with an rpath.
+fn flow_cc_with_runtime(name: &str, flags: &[&str], out: &Path) {
+    let lib = runtime_dir();
+    let (i, l, r) = (format!("-I{}", root().join("flow/include").display()), format!("-L{}", lib.display()), format!("-Wl,-rpath,{}", lib.display()));
+    let mut all: Vec<&str> = flags.to_vec();
+    all.extend([i.as_str(), l.as_str(), "-lbunkai-flow", r.as_str()]);
+    flow_cc(name, &all, out);
+}
+
 fn aspect(name: &str) -> PathBuf {
     program(&format!("flow/aspects/{name}.xml"))
 }
@@ -661,11 +676,8 @@ fn check_selects_join_points_and_refuses_bad_aspects() {
 #[test]
 fn dump_and_report_follow_flows_across_processes() {
     let d = tempfile::tempdir().unwrap();
-    let lib = bunkai().parent().unwrap().join("../lib/bunkai");
-    let inc = root().join("flow/include");
     let exe = d.path().join("records");
-    let (i, l, r) = (format!("-I{}", inc.display()), format!("-L{}", lib.display()), format!("-Wl,-rpath,{}", lib.display()));
-    flow_cc("records", &["-O2", &i, &l, "-lbunkai-flow", &r], &exe);
+    flow_cc_with_runtime("records", &["-O2"], &exe);
     let jps = points(&exe);
     let entry = |f: &str| -> String {
         jps.iter().find(|j| j["kind"] == "entry" && j["function"] == f).unwrap_or_else(|| panic!("{f}"))["index"].to_string()
@@ -785,10 +797,8 @@ fn a_full_buffer_directory_costs_records_not_the_program() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let lib = bunkai().parent().unwrap().join("../lib/bunkai");
     let exe = d.path().join("records");
-    let (i, l, r) = (format!("-I{}", root().join("flow/include").display()), format!("-L{}", lib.display()), format!("-Wl,-rpath,{}", lib.display()));
-    flow_cc("records", &["-O2", &i, &l, "-lbunkai-flow", &r], &exe);
+    flow_cc_with_runtime("records", &["-O2"], &exe);
     let tiny = d.path().join("tiny");
     std::fs::create_dir(&tiny).unwrap();
     let st = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "none"]).arg(&tiny).status().unwrap();
@@ -820,10 +830,8 @@ fn a_full_buffer_directory_costs_records_not_the_program() {
 #[test]
 fn weaving_and_unweaving_under_load_changes_nothing_but_the_calls() {
     let d = tempfile::tempdir().unwrap();
-    let lib = bunkai().parent().unwrap().join("../lib/bunkai");
     let exe = d.path().join("weave");
-    let (i, l, r) = (format!("-I{}", root().join("flow/include").display()), format!("-L{}", lib.display()), format!("-Wl,-rpath,{}", lib.display()));
-    flow_cc("weave", &["-O2", "-pthread", &i, &l, "-lbunkai-flow", &r], &exe);
+    flow_cc_with_runtime("weave", &["-O2", "-pthread"], &exe);
     let sleds: Vec<String> = points(&exe)
         .iter()
         .filter(|j| j["function"] == "step" || j["function"] == "worker")
@@ -908,7 +916,7 @@ fn emit_generates_a_module_that_compiles() {
 fn weave_and_unweave_a_running_server() {
     use std::io::{BufRead, BufReader, Write};
     let d = tempfile::tempdir().unwrap();
-    let lib = bunkai().parent().unwrap().join("../lib/bunkai");
+    let lib = runtime_dir();
     let exe = d.path().join("pktserver");
     flow_cc("pktserver", &["-O2"], &exe);
     let bufs = d.path().join("bufs");
