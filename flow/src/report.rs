@@ -39,6 +39,11 @@ pub struct ReportArgs {
     /// Only this flow (decimal or 0x hex)
     #[arg(long)]
     pub flow: Option<String>,
+    /// Compare flow IDs on their low N bits only: an ID packed into a header
+    /// field of N bits (xin/xout) loses the ones above, so the far side's
+    /// steps carry the cut ID (1-64, default 64)
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub id_bits: u32,
     /// Also write Chrome trace / Perfetto JSON here
     #[arg(long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
@@ -164,7 +169,8 @@ fn parse_id(s: &str) -> Result<u64> {
 
 pub fn report(a: &ReportArgs) -> Result<ExitCode> {
     let bufs = load(&a.buffers)?;
-    let only = a.flow.as_deref().map(parse_id).transpose()?;
+    let mask = if a.id_bits >= 64 { u64::MAX } else { (1u64 << a.id_bits) - 1 };
+    let only = a.flow.as_deref().map(parse_id).transpose()?.map(|f| f & mask);
     let mut t = Tables(HashMap::new());
     let mut flows: BTreeMap<u64, Vec<Step>> = BTreeMap::new();
     let mut without = 0u64;
@@ -172,7 +178,7 @@ pub fn report(a: &ReportArgs) -> Result<ExitCode> {
         for r in &b.records {
             let k = if a.id_value < 0 { r.vals.len() as i64 + a.id_value } else { a.id_value };
             let id = match usize::try_from(k).ok().and_then(|k| r.vals.get(k)) {
-                Some(&id) if id != 0 => id,
+                Some(&id) if id & mask != 0 => id & mask,
                 _ => {
                     without += 1;
                     continue;

@@ -986,3 +986,65 @@ fn weave_and_unweave_a_running_server() {
     let (_, err) = bunkai_fails(&["flow", "weave", "--pid", &std::process::id().to_string(), pk.to_str().unwrap()]);
     one_line(&err);
 }
+
+/// xin_move / xout_move across a ring (Fig. 4's netfront -> netback): the
+/// woven ring program packs each packet's flow ID into its request header
+/// and the back end takes it out; the report (IDs compared on the 56 bits
+/// the header carries) follows every packet from front_alloc through
+/// front_send to back_recv, and the program's answers do not change.
+#[test]
+fn flow_ids_cross_a_ring_in_a_header_field() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = tempfile::tempdir().unwrap();
+    let lib = runtime_dir();
+    let exe = d.path().join("ring");
+    let progs = root().join("tests/programs/flow");
+    flow_cc("ring", &["-O2", &format!("-I{}", progs.display())], &exe);
+    let bufs = d.path().join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    let mut srv = Command::new(&exe)
+        .env("BUNKAI_HOST", "1")
+        .env("LD_PRELOAD", format!("{} {}", lib.join("libbunkai-host.so").display(), lib.join("libbunkai-flow.so").display()))
+        .env("BUNKAI_FLOW_DIR", &bufs)
+        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = srv.id().to_string();
+    let mut input = srv.stdin.take().unwrap();
+    let mut output = BufReader::new(srv.stdout.take().unwrap());
+    let mut ask = |cmd: &str| -> String {
+        let mut l = String::new();
+        if !cmd.is_empty() {
+            input.write_all(cmd.as_bytes()).unwrap();
+        }
+        output.read_line(&mut l).unwrap();
+        l
+    };
+    assert_eq!(ask(""), "ready\n");
+    let plain = ask("go 20\n");
+    let cflags = format!("-include {}", progs.join("ring.h").display());
+    bunkai_ok(&["flow", "weave", "--pid", &pid, aspect("ring").to_str().unwrap(), "--cflags", &cflags]);
+    assert_eq!(ask("go 20\n"), plain);
+    bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    assert_eq!(ask("go 20\n"), plain);
+    drop(input);
+    assert!(srv.wait().unwrap().success());
+
+    let report = |bits: &str| -> Vec<Value> {
+        let o = Command::new(bunkai()).args(["flow", "report", "--json", "--id-bits", bits]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["flows"].as_array().unwrap().clone()
+    };
+    let flows = report("56");
+    assert_eq!(flows.len(), 20, "{flows:?}");
+    for f in &flows {
+        let names: Vec<&str> = f["steps"].as_array().unwrap().iter().map(|s| s["function"].as_str().unwrap()).collect();
+        let at = |n: &str| names.iter().position(|x| *x == n).unwrap_or_else(|| panic!("{n} missing: {f}"));
+        assert!(at("front_alloc") < at("front_send") && at("front_send") < at("back_recv"), "{f}");
+    }
+    // compared on all 64 bits, the cut IDs make each packet two flows
+    assert_eq!(report("64").len(), 40);
+}
