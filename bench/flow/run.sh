@@ -41,3 +41,5 @@ python3 bench/flow/report.py --runs "$runs" --dir "$out" --out bench/results/flo
 cat bench/results/flow-micro.md
 # Weaving speed: bkf_weave/bkf_unweave of 100 to 2,000 sleds.
 python3 bench/flow/patch.py --out bench/results/flow-patch.md
+# The split-driver case study (Table 2's shape), root only.
+if [ "$(id -u)" = 0 ]; then python3 bench/flow/splitdrv.py --out bench/results/flow-splitdrv.md > /dev/null; fi

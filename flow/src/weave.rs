@@ -108,9 +108,17 @@ fn struct_of(prims: &[(&Prim, crate::aspect::Pos)]) -> Option<String> {
 /// Generates the advice module for `prog`, mapped at `bias`.
 pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<Generated> {
     let us = uses(a);
-    // xflow code first, then advice (uses() lists advice first)
+    // At a join point: the xflow definitions' starts and transits, then the
+    // advice (§4.1: xflow code first, so advice sees the flow), then the
+    // quits, so that a flow's last place is still recorded (Table 2 ends
+    // with kfree_skb). uses() lists the advice first.
     let n_adv = a.advices.len();
-    let order: Vec<usize> = (n_adv..us.len()).chain(0..n_adv).collect();
+    let is_quit = |ui: usize| ui >= n_adv && matches!(xflow_part(a, ui - n_adv).1, Part::Quit(_));
+    let order: Vec<usize> = (n_adv..us.len())
+        .filter(|&u| !is_quit(u))
+        .chain(0..n_adv)
+        .chain((n_adv..us.len()).filter(|&u| is_quit(u)))
+        .collect();
     let mut blocks: BTreeMap<usize, Vec<String>> = BTreeMap::new(); // join point index -> code
     let xin_fields: BTreeMap<&str, &crate::aspect::Field> = a
         .xflows
@@ -180,7 +188,8 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                 match part {
                     Part::Start(p) => match &p.action {
                         Some(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
-                        None => { let _ = writeln!(c, "      void *key__ = {};\n      if (key__) register_flowid({t}, key__, get_new_flowid());", key(&p.select)?); }
+                        // a start selected at several accesses begins one flow, not one per access
+                        None => { let _ = writeln!(c, "      void *key__ = {};\n      if (key__ && !get_flowid({t}, key__)) register_flowid({t}, key__, get_new_flowid());", key(&p.select)?); }
                     },
                     Part::Quit(p) => match &p.action {
                         Some(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }

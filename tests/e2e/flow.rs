@@ -1048,3 +1048,40 @@ fn flow_ids_cross_a_ring_in_a_header_field() {
     // compared on all 64 bits, the cut IDs make each packet two flows
     assert_eq!(report("64").len(), 40);
 }
+
+/// The split-driver case study, one command (bench/flow/splitdrv.py) on 200
+/// packets: the front end and the back end (another network namespace)
+/// woven at run time, every packet one flow from alloc_skb in the front
+/// end through the ring to kfree_skb in the back end.
+#[test]
+fn split_driver_case_study_follows_every_packet_across_the_ring() {
+    if !bunkai_share::sys::is_root() {
+        eprintln!("skipped: the case study needs root (a network namespace)");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let (md, js) = (d.path().join("out.md"), d.path().join("out.json"));
+    let o = Command::new("python3")
+        .arg(root().join("bench/flow/splitdrv.py"))
+        .args(["--packets", "200", "--out", md.to_str().unwrap(), "--json", js.to_str().unwrap()])
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
+    let flows = v["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 200);
+    for f in flows {
+        let steps = f["steps"].as_array().unwrap();
+        let pids: std::collections::BTreeSet<u64> = steps.iter().map(|s| s["pid"].as_u64().unwrap()).collect();
+        assert_eq!(pids.len(), 2, "{f}");
+        let names: Vec<&str> = steps.iter().map(|s| s["function"].as_str().unwrap()).collect();
+        assert_eq!(names[0], "alloc_skb", "{f}");
+        assert_eq!(*names.last().unwrap(), "kfree_skb", "{f}");
+        assert!(names.contains(&"net_tx_action") && names.contains(&"dev_queue_xmit"), "{f}");
+    }
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("200 cross from the front end to the back end"), "{text}");
+    let left = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
+    assert!(!left.contains("bk-flow-"), "{left}");
+}
