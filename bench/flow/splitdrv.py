@@ -16,7 +16,7 @@ kfree_skb: the shape of the paper's Table 2.
 Needs root (a network namespace). Removes its namespace and files, also when
 interrupted. Writes bench/results/flow-splitdrv.md by default.
 """
-import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time, types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
@@ -40,66 +40,142 @@ def sh(*argv, **kw):
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw).stdout
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--packets", type=int, default=2000)
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/flow-splitdrv.md"))
-    ap.add_argument("--json", help="also write the report's flows as JSON here")
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("flow-splitdrv: needs root (a network namespace)")
-    ns = f"bk-flow-{os.getpid()}"
-    tmp = tempfile.mkdtemp(prefix="bk-flow-split-", dir="/dev/shm")
-    procs = []
+class Lab:
+    """A network namespace for the back end and a tmpfs directory, removed
+    at the end and when interrupted."""
 
-    def cleanup(*_):
-        for p in procs:
+    def __init__(self):
+        self.ns = f"bk-flow-{os.getpid()}"
+        self.tmp = tempfile.mkdtemp(prefix="bk-flow-split-", dir="/dev/shm")
+        self.procs = []
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, lambda *_: (self.close(), sys.exit(130)))
+        self.exe = os.path.join(self.tmp, "splitdrv")
+        sh(BUNKAI, "flow", "cc", "-O2", f"-I{PROGS}", os.path.join(PROGS, "splitdrv.c"), "-o", self.exe)
+        sh("ip", "netns", "add", self.ns)
+        sh("ip", "netns", "exec", self.ns, "ip", "link", "set", "lo", "up")
+        self.runs = 0
+
+    def close(self):
+        for p in self.procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
-        subprocess.run(["rm", "-rf", tmp])
+        subprocess.run(["ip", "netns", "delete", self.ns], capture_output=True)
+        subprocess.run(["rm", "-rf", self.tmp])
 
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, lambda *_: (cleanup(), sys.exit(130)))
-    try:
-        exe = os.path.join(tmp, "splitdrv")
-        sh(BUNKAI, "flow", "cc", "-O2", f"-I{PROGS}", os.path.join(PROGS, "splitdrv.c"), "-o", exe)
-        sh("ip", "netns", "add", ns)
-        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        bufs = os.path.join(tmp, "bufs")
+    def run(self, packets, bg, aspect):
+        """Both ends, the aspect woven into each (None: nothing woven), then
+        the packets. Returns what each end printed, the weave lines, and the
+        dump and report of the buffers."""
+        self.runs += 1
+        exe = self.exe
+        bufs = os.path.join(self.tmp, f"bufs{self.runs}")
         os.mkdir(bufs)
-        ring = os.path.join(tmp, "ring")
+        ring = os.path.join(self.tmp, f"ring{self.runs}")
         env = dict(os.environ, BUNKAI_HOST="1", BUNKAI_FLOW_DIR=bufs, BUNKAI_FLOW_IDS=os.path.join(bufs, "ids"),
                    LD_PRELOAD=f"{LIB}/libbunkai-host.so {LIB}/libbunkai-flow.so")
-        n = str(a.packets)
-        front = subprocess.Popen([exe, "front", ring, n], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        procs.append(front)
+        front = subprocess.Popen([exe, "front", ring, str(packets), str(bg)], env=env, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        self.procs.append(front)
         assert front.stdout.readline() == "ready\n"
-        back = subprocess.Popen(["ip", "netns", "exec", ns, exe, "back", ring, n], env=env, stdout=subprocess.PIPE, text=True)
-        procs.append(back)
+        back = subprocess.Popen(["ip", "netns", "exec", self.ns, exe, "back", ring, str(packets)], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        self.procs.append(back)
         assert back.stdout.readline() == "ready\n"
-        back_pid = int(sh("pgrep", "-f", f"^{exe} back").split()[0])
-        cflags = f"-include {PROGS}/splitdrv.h"
+        back_pid = int(sh("pgrep", "-f", f"^{exe} back {ring} ").split()[0])
         woven = []
-        for pid, side in ((front.pid, "front end (domain U)"), (back_pid, "back end (domain 0, own network namespace)")):
-            t = time.monotonic()
-            out = sh(BUNKAI, "flow", "weave", "--pid", str(pid), ASPECT, "--cflags", cflags).strip()
-            woven.append((side, out, time.monotonic() - t))
-            log(out)
-        t0 = time.monotonic()
+        if aspect:
+            for pid, side in ((front.pid, "front end (domain U)"), (back_pid, "back end (domain 0, own network namespace)")):
+                t = time.monotonic()
+                out = sh(BUNKAI, "flow", "weave", "--pid", str(pid), aspect, "--cflags", f"-include {PROGS}/splitdrv.h").strip()
+                woven.append((side, out, time.monotonic() - t))
+                log(out)
         front.stdin.write("go\n")
         front.stdin.flush()
-        fo, _ = front.communicate(timeout=300)
-        bo, _ = back.communicate(timeout=300)
-        wall = time.monotonic() - t0
+        fo, _ = front.communicate(timeout=600)
+        bo, _ = back.communicate(timeout=600)
         if front.returncode or back.returncode:
             raise SystemExit(f"flow-splitdrv: front exited {front.returncode}, back {back.returncode}")
-        rep = json.loads(sh(BUNKAI, "flow", "report", "--json", "--id-bits", "12", env=dict(os.environ, BUNKAI_FLOW_DIR=bufs)))
-        dump = json.loads(sh(BUNKAI, "flow", "dump", "--json", env=dict(os.environ, BUNKAI_FLOW_DIR=bufs)))
-    finally:
-        cleanup()
+        benv = dict(os.environ, BUNKAI_FLOW_DIR=bufs)
+        dump = json.loads(sh(BUNKAI, "flow", "dump", "--json", env=benv)) if aspect else {"buffers": []}
+        rep = json.loads(sh(BUNKAI, "flow", "report", "--json", "--id-bits", "12", env=benv)) if aspect and "xflow" in open(aspect).read() else None
+        subprocess.run(["rm", "-rf", bufs, ring])
+        return {"front": fo.strip(), "back": bo.strip(), "front_pid": front.pid, "woven": woven, "dump": dump,
+                "report": rep, "seconds": float(fo.split(" in ")[-1].split()[0])}
 
+
+def table3(lab, packets, bg, rounds, out):
+    """The paper's Table 3: logging memory with the xflow filter against
+    without, and throughput under both and with nothing woven."""
+    modes = [("nothing woven", None), ("flow-filtered (xflow)", ASPECT),
+             ("unfiltered (every sk_buff access)", os.path.join(PROGS, "aspects/splitdrv-all.xml"))]
+    res = {m: {"pps": [], "bytes": [], "records": []} for m, _ in modes}
+    for r in range(rounds):
+        for m, asp in modes:  # interleaved
+            x = lab.run(packets, bg, asp)
+            res[m]["pps"].append(packets / x["seconds"])
+            res[m]["bytes"].append(sum(min(b["used"], b["capacity"]) for b in x["dump"]["buffers"]))
+            res[m]["records"].append(sum(len(b["records"]) for b in x["dump"]["buffers"]))
+        log(f"Table 3 round {r + 1}/{rounds} done")
+    med = {m: {k: statistics.median(v) for k, v in d.items()} for m, d in res.items()}
+    base, filt, unf = (med[m] for m, _ in modes)
+    ratio = filt["bytes"] / unf["bytes"] if unf["bytes"] else float("nan")
+    loss = 1 - filt["pps"] / base["pps"]
+    L = ["# bunkai flow: logging memory with and without the xflow filter (seed 003, Table 3)\n",
+         f"Generated by `python3 bench/flow/splitdrv.py --table3` on {time.strftime('%Y-%m-%d')}. The split-driver "
+         f"programs of `bench/results/flow-splitdrv.md`, {packets:,} packets per run, of which one in {bg + 1} is "
+         "allocated by `alloc_skb` (the traffic being followed: the xflow's start) and the others by "
+         "`alloc_skb_bulk` (background traffic through the same ring and back end). Three ways, interleaved, "
+         f"{rounds} rounds, medians: nothing woven; Fig. 2's advice with the xflow pointcut (records only accesses "
+         "to sk_buffs in a flow); the same advice without it (every access to any sk_buff). Each record holds "
+         "three values, as in the paper (pc, time, and the flow ID or the instance). Memory is the bytes the "
+         "records took in the two processes' buffers; throughput is packets per second through the ring, timed "
+         "by the front end. Paper: ApacheBench, 300 requests 10 at a time, through Xen's split driver.\n",
+         "| | records | memory [KiB] | throughput [packets/s] |",
+         "|---|---:|---:|---:|"]
+    for m, _ in modes:
+        d = med[m]
+        L.append(f"| {m} | {d['records']:,.0f} | {d['bytes'] / 1024:,.1f} | {d['pps']:,.0f} |")
+    L.append(f"\nFiltered memory is {100 * ratio:.1f}% of unfiltered (paper: about 40%). Throughput loss against "
+             f"nothing woven: filtered {100 * loss:.1f}%, unfiltered {100 * (1 - unf['pps'] / base['pps']):.1f}%.\n")
+    L.append("## Targets\n")
+    L.append(f"- flow-filtered logging memory <= 10% of unfiltered: {100 * ratio:.1f}%: **{'PASS' if ratio <= 0.10 else 'MISS'}**")
+    L.append(f"- throughput loss of flow-filtered logging <= 2%: {100 * loss:.1f}%: **{'PASS' if loss <= 0.02 else 'MISS'}**")
+    text = "\n".join(L) + "\n"
+    tmp_out = out + ".tmp"
+    with open(tmp_out, "w") as f:
+        f.write(text)
+    os.replace(tmp_out, out)
+    print(text)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--packets", type=int, default=2000)
+    ap.add_argument("--out", help="default: bench/results/flow-splitdrv.md (flow-table3.md with --table3)")
+    ap.add_argument("--json", help="also write the report's flows as JSON here")
+    ap.add_argument("--table3", action="store_true",
+                    help="Table 3 instead: filtered against unfiltered logging (default 20,000 packets, "
+                         "9 background packets per followed one, 5 rounds)")
+    ap.add_argument("--background", type=int, default=9, help="with --table3: background packets per followed one")
+    ap.add_argument("--rounds", type=int, default=5, help="with --table3")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("flow-splitdrv: needs root (a network namespace)")
+    lab = Lab()
+    try:
+        if a.table3:
+            n = a.packets if a.packets != 2000 else 20000
+            return table3(lab, n, a.background, a.rounds, a.out or os.path.join(ROOT, "bench/results/flow-table3.md"))
+        x = lab.run(a.packets, 0, ASPECT)
+    finally:
+        lab.close()
+    a.out = a.out or os.path.join(ROOT, "bench/results/flow-splitdrv.md")
+    rep, dump, woven, fo, bo = x["report"], x["dump"], x["woven"], x["front"], x["back"]
+    front = types.SimpleNamespace(pid=x["front_pid"])
+    wall = x["seconds"]
     flows = rep["flows"]
     if a.json:
         with open(a.json, "w") as f:

@@ -2,10 +2,14 @@
  * (seed 003, Table 2). Two processes share a ring of request slots in a
  * file (a tmpfs file both map, standing in for Xen's granted pages):
  *
- *   splitdrv front RING N   the front end (netfront in domain U): allocates
+ *   splitdrv front RING N [BG]
+ *                           the front end (netfront in domain U): allocates
  *                           a buffer struct per packet (alloc_skb), fills it,
  *                           and puts it on the ring (netif_xmit): header
  *                           netif_tx_request, data copied to the slot;
+ *                           with BG > 0, only one packet in BG + 1 comes
+ *                           from alloc_skb, the others (background traffic)
+ *                           from alloc_skb_bulk;
  *   splitdrv back RING N    the back end (netback in domain 0), run in
  *                           another network namespace: takes each request
  *                           (net_tx_action), copies it into its own struct,
@@ -26,6 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include "splitdrv.h"
 
@@ -57,6 +62,15 @@ __attribute__((noinline)) void make_txreq(struct netif_tx_request *tx, struct sk
   tx->size = (uint16_t)skb->len;
   tx->offset = 0;
   tx->flags |= 1; /* NETTXF_csum_blank; the bits above 3 carry the flow ID */
+}
+
+/* background traffic: the same packets from another allocation site */
+__attribute__((noinline)) struct sk_buff *alloc_skb_bulk(unsigned len, unsigned seed) {
+  struct sk_buff *skb = calloc(1, sizeof *skb);
+  skb->len = len;
+  skb->data = skb->head;
+  for (unsigned i = 0; i < len; i++) skb->data[i] = (char)(seed * 13 + i);
+  return skb;
 }
 
 __attribute__((noinline)) void netif_xmit(struct ring *r, struct sk_buff *skb) {
@@ -102,20 +116,28 @@ __attribute__((noinline)) unsigned kfree_skb(struct sk_buff *skb) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: splitdrv front|back RING N\n");
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: splitdrv front|back RING N [BG]\n");
     return 2;
   }
   int n = atoi(argv[3]);
+  int bg = argc == 5 ? atoi(argv[4]) : 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (!strcmp(argv[1], "front")) {
     struct ring *r = map_ring(argv[2], 1);
     printf("ready\n");
     char line[16];
     if (!fgets(line, sizeof line, stdin)) return 1;
-    for (int i = 0; i < n; i++) netif_xmit(r, alloc_skb(32 + (unsigned)i % 64, (unsigned)i));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++) {
+      unsigned len = 32 + (unsigned)i % 64;
+      netif_xmit(r, bg && i % (bg + 1) ? alloc_skb_bulk(len, (unsigned)i) : alloc_skb(len, (unsigned)i));
+    }
     while (__atomic_load_n(&r->cons, __ATOMIC_ACQUIRE) != r->prod) sched_yield();
-    printf("front: %d packets sent\n", n);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("front: %d packets sent in %.6f s\n", n, s);
     return 0;
   }
   struct ring *r = map_ring(argv[2], 0);
