@@ -597,6 +597,22 @@ fn flow_cc_with_runtime(name: &str, flags: &[&str], out: &Path) {
     flow_cc(name, &all, out);
 }
 
+/// A program that `bunkai flow weave` can reach: libbunkai-host (its module
+/// socket started) and libbunkai-flow preloaded, its buffers in `bufs`,
+/// stdin and stdout piped.
+fn spawn_weavable(exe: &Path, bufs: &Path) -> std::process::Child {
+    let lib = runtime_dir();
+    Command::new(exe)
+        .env("BUNKAI_HOST", "1")
+        .env("LD_PRELOAD", format!("{} {}", lib.join("libbunkai-host.so").display(), lib.join("libbunkai-flow.so").display()))
+        .env("BUNKAI_FLOW_DIR", bufs)
+        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn aspect(name: &str) -> PathBuf {
     program(&format!("flow/aspects/{name}.xml"))
 }
@@ -916,7 +932,6 @@ fn emit_generates_a_module_that_compiles() {
 fn weave_and_unweave_a_running_server() {
     use std::io::{BufRead, BufReader, Write};
     let d = tempfile::tempdir().unwrap();
-    let lib = runtime_dir();
     let exe = d.path().join("pktserver");
     flow_cc("pktserver", &["-O2"], &exe);
     let bufs = d.path().join("bufs");
@@ -929,15 +944,7 @@ fn weave_and_unweave_a_running_server() {
     let want: Vec<String> = String::from_utf8(plain.wait_with_output().unwrap().stdout).unwrap().lines().skip(1).map(String::from).collect();
     assert_eq!(want.len(), 3);
 
-    let mut srv = Command::new(&exe)
-        .env("BUNKAI_HOST", "1")
-        .env("LD_PRELOAD", format!("{} {}", lib.join("libbunkai-host.so").display(), lib.join("libbunkai-flow.so").display()))
-        .env("BUNKAI_FLOW_DIR", &bufs)
-        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut srv = spawn_weavable(&exe, &bufs);
     let pid = srv.id().to_string();
     let mut input = srv.stdin.take().unwrap();
     let mut output = BufReader::new(srv.stdout.take().unwrap());
@@ -996,21 +1003,12 @@ fn weave_and_unweave_a_running_server() {
 fn flow_ids_cross_a_ring_in_a_header_field() {
     use std::io::{BufRead, BufReader, Write};
     let d = tempfile::tempdir().unwrap();
-    let lib = runtime_dir();
     let exe = d.path().join("ring");
     let progs = root().join("tests/programs/flow");
     flow_cc("ring", &["-O2", &format!("-I{}", progs.display())], &exe);
     let bufs = d.path().join("bufs");
     std::fs::create_dir(&bufs).unwrap();
-    let mut srv = Command::new(&exe)
-        .env("BUNKAI_HOST", "1")
-        .env("LD_PRELOAD", format!("{} {}", lib.join("libbunkai-host.so").display(), lib.join("libbunkai-flow.so").display()))
-        .env("BUNKAI_FLOW_DIR", &bufs)
-        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut srv = spawn_weavable(&exe, &bufs);
     let pid = srv.id().to_string();
     let mut input = srv.stdin.take().unwrap();
     let mut output = BufReader::new(srv.stdout.take().unwrap());
