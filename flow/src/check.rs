@@ -313,17 +313,24 @@ pub fn parse_program(spec: &str) -> Result<Program> {
     Ok(Program { path, host, jps })
 }
 
-pub fn run(a: &CheckArgs) -> Result<ExitCode> {
-    let src = std::fs::read(&a.aspect).with_context(|| format!("cannot read {}", a.aspect.display()))?;
-    let name = a.aspect.display().to_string();
+/// Reads and parses an aspect file; an error names the file (and the
+/// line and column of a parse error).
+pub fn read_aspect(path: &std::path::Path) -> Result<Aspect> {
+    let src = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let name = path.display().to_string();
     let src = match String::from_utf8(src) {
         Ok(s) => s,
         Err(_) => bail!("{name} is not text (UTF-8) (give the aspect's XML file)"),
     };
-    let aspect = match aspect::parse(&src) {
-        Ok(x) => x,
+    match aspect::parse(&src) {
+        Ok(x) => Ok(x),
         Err(e) => bail!("{name}:{e}"),
-    };
+    }
+}
+
+pub fn run(a: &CheckArgs) -> Result<ExitCode> {
+    let name = a.aspect.display().to_string();
+    let aspect = read_aspect(&a.aspect)?;
     let progs = a.programs.iter().map(|s| parse_program(s)).collect::<Result<Vec<_>>>()?;
     let mut diags = check_aspect(&aspect);
     let mut sels = Vec::new();
@@ -383,10 +390,7 @@ pub fn run(a: &CheckArgs) -> Result<ExitCode> {
         }
         s
     };
-    match std::io::stdout().write_all(out.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        r => r?,
-    }
+    crate::stdout(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 

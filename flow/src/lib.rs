@@ -26,3 +26,13 @@ pub mod joinpoints;
 pub mod points;
 #[cfg(test)]
 mod tests;
+
+/// Writes a command's output to standard output; a closed pipe (`| head`)
+/// is not an error.
+pub fn stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}

@@ -4,7 +4,6 @@
 use crate::joinpoints::{self, JoinPoint, Kind, Location};
 use anyhow::Result;
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -124,10 +123,6 @@ pub fn run(a: &PointsArgs) -> Result<ExitCode> {
     } else {
         table(&jps)
     };
-    // A closed pipe (| head) is not an error.
-    match std::io::stdout().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        r => r?,
-    }
+    crate::stdout(&text)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -15,7 +15,6 @@ use crate::joinpoints::{self, JoinPoint};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -71,13 +70,6 @@ fn load(given: &[PathBuf]) -> Result<Vec<Buffer>> {
     files.iter().map(|p| buffer::read(p)).collect()
 }
 
-fn out(text: &str) -> Result<()> {
-    match std::io::stdout().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
-}
-
 fn place(t: &mut Tables, b: &Buffer, r: &Record) -> (String, String, u32) {
     match t.jp(&b.exe, r.jp) {
         Some(jp) => (jp.function.clone(), jp.file.clone(), jp.line),
@@ -111,7 +103,7 @@ pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
                        "incomplete": b.incomplete, "started_ns": b.started_ns, "records": recs})
             })
             .collect();
-        out(&(serde_json::to_string_pretty(&json!({"buffers": v}))? + "\n"))?;
+        crate::stdout(&(serde_json::to_string_pretty(&json!({"buffers": v}))? + "\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut s = String::new();
@@ -143,7 +135,7 @@ pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
             );
         }
     }
-    out(&s)?;
+    crate::stdout(&s)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -220,7 +212,7 @@ pub fn report(a: &ReportArgs) -> Result<ExitCode> {
                 })).collect::<Vec<_>>()})
             })
             .collect();
-        out(&(serde_json::to_string_pretty(&json!({"flows": v, "records_without_flow": without}))? + "\n"))?;
+        crate::stdout(&(serde_json::to_string_pretty(&json!({"flows": v, "records_without_flow": without}))? + "\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut s = String::new();
@@ -248,7 +240,7 @@ pub fn report(a: &ReportArgs) -> Result<ExitCode> {
     if without > 0 {
         s += &format!("({without} record{} without a flow ID not shown)\n", if without == 1 { "" } else { "s" });
     }
-    out(&s)?;
+    crate::stdout(&s)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -359,25 +359,32 @@ pub struct EmitArgs {
     pub name: Option<String>,
 }
 
+/// The aspect file parsed and checked against the program (`EXE[@HOST]`),
+/// as `bunkai flow check --program` would, and the module's name (default
+/// flow_ASPECT). The first problem is the error.
+fn checked_aspect(path: &std::path::Path, program: &str, name: Option<&str>) -> Result<(Aspect, Program, String)> {
+    let shown = path.display().to_string();
+    let aspect = crate::check::read_aspect(path)?;
+    let prog = crate::check::parse_program(program)?;
+    let mut d = crate::check::check_aspect(&aspect);
+    d.extend(crate::check::check_programs(&aspect, std::slice::from_ref(&prog)).0);
+    if let Some(first) = d.first() {
+        bail!("{shown}:{first} (`bunkai flow check {shown} --program {program}` lists every problem)");
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("aspect");
+    let module = name.map(String::from).unwrap_or_else(|| format!("flow_{}", c_ident(stem)));
+    Ok((aspect, prog, module))
+}
+
 /// `bunkai flow emit`: the advice module's C for a program, sleds at their
 /// link-time addresses (weaving adds the load bias). The aspect is checked
 /// first, as `bunkai flow check` does.
 pub fn emit(a: &EmitArgs) -> Result<std::process::ExitCode> {
-    let name = a.aspect.display().to_string();
-    let src = std::fs::read_to_string(&a.aspect).map_err(|e| anyhow::anyhow!("cannot read {name}: {e}"))?;
-    let aspect = crate::aspect::parse(&src).map_err(|e| anyhow::anyhow!("{name}:{e}"))?;
-    let prog = crate::check::parse_program(&a.program)?;
-    let mut d = crate::check::check_aspect(&aspect);
-    d.extend(crate::check::check_programs(&aspect, std::slice::from_ref(&prog)).0);
-    if let Some(first) = d.first() {
-        bail!("{name}:{first} (`bunkai flow check {name} --program {}` lists every problem)", a.program);
-    }
-    let stem = a.aspect.file_stem().and_then(|s| s.to_str()).unwrap_or("aspect");
-    let module = a.name.clone().unwrap_or_else(|| format!("flow_{}", c_ident(stem)));
+    let (aspect, prog, module) = checked_aspect(&a.aspect, &a.program, a.name.as_deref())?;
     let g = generate(&aspect, &prog, 0, &module)?;
     match &a.out {
         Some(p) => bunkai_scatter::util::write_atomic(p, g.source.as_bytes())?,
-        None => print!("{}", g.source),
+        None => crate::stdout(&g.source)?,
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -444,15 +451,7 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
     let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
         .map_err(|e| anyhow::anyhow!("no process {} to weave into ({e}) (check the pid)", a.pid))?;
     let exe_s = exe.to_string_lossy().to_string();
-    let name = a.aspect.display().to_string();
-    let src = std::fs::read_to_string(&a.aspect).map_err(|e| anyhow::anyhow!("cannot read {name}: {e}"))?;
-    let aspect = crate::aspect::parse(&src).map_err(|e| anyhow::anyhow!("{name}:{e}"))?;
-    let prog = crate::check::parse_program(&exe_s)?;
-    let mut d = crate::check::check_aspect(&aspect);
-    d.extend(crate::check::check_programs(&aspect, std::slice::from_ref(&prog)).0);
-    if let Some(first) = d.first() {
-        bail!("{name}:{first} (`bunkai flow check {name} --program {exe_s}` lists every problem)");
-    }
+    let (aspect, prog, module) = checked_aspect(&a.aspect, &exe_s, a.name.as_deref())?;
     let sock = bunkai_mod::proto::default_socket(a.pid);
     if !sock.exists() {
         bail!(
@@ -463,8 +462,6 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
         );
     }
     let bias = load_bias(a.pid, &exe)?;
-    let stem = a.aspect.file_stem().and_then(|s| s.to_str()).unwrap_or("aspect");
-    let module = a.name.clone().unwrap_or_else(|| format!("flow_{}", c_ident(stem)));
     let g = generate(&aspect, &prog, bias, &module)?;
     let tmp = tempfile::Builder::new().prefix("bunkai-weave").tempdir()?;
     let dir = a.keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
