@@ -11,7 +11,7 @@ BUILD   := $(CURDIR)/build
 CARGO   ?= cargo
 JOBS    ?= $(shell nproc)
 
-.PHONY: all native cli deps demo test unit e2e bench clean fetch-sqlite
+.PHONY: all native cli deps demo test unit e2e bench clean fetch-sqlite fetch-memcached
 
 all: native cli
 
@@ -32,6 +32,10 @@ deps:
 fetch-sqlite:
 	@bash scripts/fetch-sqlite.sh $(BUILD)/third_party/sqlite
 
+# flow's real-server case study: Debian's memcached, plain and with flow cc.
+fetch-memcached: all
+	@bash scripts/fetch-memcached.sh $(BUILD)/third_party/memcached
+
 # The main job: scatter SQLite (shell and library), demo1 and demo2, show
 # the paper's Tables 3-5 beside ours.
 demo: deps all
@@ -40,13 +44,13 @@ demo: deps all
 unit: all
 	@$(CARGO) test --release --workspace --exclude bunkai-e2e
 
-e2e: all fetch-sqlite
+e2e: all fetch-sqlite fetch-memcached
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release -p bunkai-e2e -- --test-threads=2
 
-test: all fetch-sqlite
+test: all fetch-sqlite fetch-memcached
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release --workspace -- --test-threads=2
 
-bench: all fetch-sqlite
+bench: all fetch-sqlite fetch-memcached
 	@bash bench/scatter/run.sh
 	@bash bench/mod/run.sh
 	@bash bench/trace/run.sh

@@ -20,6 +20,7 @@ PKGS=(
   pigz xz-utils strace                               # share: real multithreaded programs from Debian (pigz -p 3, xz -T3)
   cmake ninja-build make pkg-config                  # build of the C/C++ parts
   dpkg-dev tcl                                       # apt-get source; SQLite's amalgamation needs tclsh
+  libevent-dev libmemcached-tools                    # flow case study: memcached from source (libevent), memcaslap load
   ca-certificates curl python3
 )
 

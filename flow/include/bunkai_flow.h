@@ -202,6 +202,13 @@ struct bkf_frame {
 };
 typedef void (*bkf_handler)(struct bkf_frame *frame, void *xsave, uint32_t jp, void *arg);
 int bkf_weave(int n, const uint64_t *sleds, const uint32_t *jp, bkf_handler h, void *arg);
+/* bkf_weave with flags. BKF_WEAVE_NO_VECTOR: h, and everything it calls,
+ * leaves the vector registers (%xmm, %ymm, %zmm, %k, x87) alone, e.g. it is
+ * built with -mgeneral-regs-only and calls only this runtime, which is.
+ * The trampoline then skips XSAVE/XRSTOR (most of its cost) and h gets
+ * xsave == NULL. */
+#define BKF_WEAVE_NO_VECTOR 1u
+int bkf_weave_ex(int n, const uint64_t *sleds, const uint32_t *jp, bkf_handler h, void *arg, unsigned flags);
 int bkf_unweave(int n, const uint64_t *sleds);
 
 #ifdef __cplusplus

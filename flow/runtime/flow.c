@@ -913,12 +913,25 @@ static struct {
 /* Read by the trampoline (named: top-level asm takes no operands). */
 HIDDEN uint64_t __bunkai_flow_xsize;          /* XSAVE area bytes + 64 for alignment */
 HIDDEN uint32_t __bunkai_flow_xlo, __bunkai_flow_xhi; /* XSAVE components (XCR0) */
+/* Per slot: BKF_WEAVE_NO_VECTOR when its handler touches no vector
+ * register (the trampoline then skips XSAVE/XRSTOR and passes no area). */
+HIDDEN uint8_t *__bunkai_flow_modes;
 
 HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {
   struct wslot *s = &W.slots[f->slot];
   __atomic_fetch_add(&W.inflight, 1, __ATOMIC_SEQ_CST);
   bkf_handler h = __atomic_load_n(&s->h, __ATOMIC_SEQ_CST);
-  if (h) h(f, xsave, s->jp, s->arg);
+  /* Without an XSAVE area, run only a handler woven vector-free. The
+   * trampoline read the mode before this thread counted as in flight, so an
+   * unweave and a new weave of this sled may have happened since; weave
+   * stores the mode before it publishes the handler, so this load sees the
+   * new handler's mode. (That one call is skipped then: a weave race.) A
+   * vector-free handler always gets no area, as bunkai_flow.h says. */
+  if (h) {
+    int novec = __atomic_load_n(&__bunkai_flow_modes[f->slot], __ATOMIC_SEQ_CST) & BKF_WEAVE_NO_VECTOR;
+    if (novec) h(f, 0, s->jp, s->arg);
+    else if (xsave) h(f, xsave, s->jp, s->arg);
+  }
   __atomic_fetch_sub(&W.inflight, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -934,6 +947,10 @@ __asm__(".text\n"
         "  push %r11\n push %r12\n push %r13\n push %r14\n push %r15\n"
         "  cld\n"
         "  mov %rsp, %rbp\n"                      /* the frame */
+        "  mov 128(%rsp), %rax\n"                 /* frame->slot */
+        "  mov __bunkai_flow_modes(%rip), %rcx\n"
+        "  testb $1, (%rcx,%rax)\n"               /* BKF_WEAVE_NO_VECTOR */
+        "  jnz 2f\n"
         "  sub __bunkai_flow_xsize(%rip), %rsp\n"
         "  and $-64, %rsp\n"
         "  mov %rsp, %rbx\n"                      /* the XSAVE area, kept across the call */
@@ -949,6 +966,7 @@ __asm__(".text\n"
         "  mov __bunkai_flow_xlo(%rip), %eax\n"
         "  mov __bunkai_flow_xhi(%rip), %edx\n"
         "  xrstor64 (%rbx)\n"
+        "3:\n"
         "  mov %rbp, %rsp\n"
         "  pop %r15\n pop %r14\n pop %r13\n pop %r12\n pop %r11\n"
         "  pop %r10\n pop %r9\n pop %r8\n pop %rdi\n pop %rsi\n"
@@ -956,6 +974,14 @@ __asm__(".text\n"
         "  popfq\n"
         "  lea 8(%rsp), %rsp\n"                   /* the slot; lea leaves the flags alone */
         "  ret\n"
+        /* vector-free handler: no XSAVE area (the handler and what it
+         * calls, the runtime, are built with -mgeneral-regs-only) */
+        "2:\n"
+        "  and $-16, %rsp\n"
+        "  mov %rbp, %rdi\n"
+        "  xor %esi, %esi\n"
+        "  call __bunkai_flow_dispatch\n"
+        "  jmp 3b\n"
         ".size __bunkai_flow_tramp, .-__bunkai_flow_tramp\n");
 
 #define MEMBARRIER_SYNC_CORE (1 << 5)          /* MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE */
@@ -978,7 +1004,7 @@ static COLD int weave_setup(void) {
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0xd), "c"(0));
   __bunkai_flow_xlo = lo, __bunkai_flow_xhi = hi;
   __bunkai_flow_xsize = ((uint64_t)b + 63) / 64 * 64 + 64;
-  uint64_t bytes = WEAVE_SLOTS * sizeof(struct wslot) + 2 * WEAVE_SLOTS * sizeof(uint32_t);
+  uint64_t bytes = WEAVE_SLOTS * sizeof(struct wslot) + 2 * WEAVE_SLOTS * sizeof(uint32_t) + WEAVE_SLOTS;
   long r = sc6(SYS_mmap, 0, (long)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r < 0 && r > -4096) {
     W.ready = -1;
@@ -986,6 +1012,7 @@ static COLD int weave_setup(void) {
   }
   W.slots = (struct wslot *)r;
   W.index = (uint32_t *)(W.slots + WEAVE_SLOTS);
+  __bunkai_flow_modes = (uint8_t *)(W.index + 2 * WEAVE_SLOTS);
   W.membarrier = sc3(SYS_membarrier, MEMBARRIER_REGISTER_SYNC_CORE, 0, 0) == 0;
   W.ready = 1;
   return 1;
@@ -1080,7 +1107,11 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
 }
 
 API int bkf_weave(int n, const uint64_t *sleds, const uint32_t *jps, bkf_handler h, void *arg) {
-  if (n < 0 || (n && (!sleds || !jps || !h))) return -EINVAL;
+  return bkf_weave_ex(n, sleds, jps, h, arg, 0);
+}
+
+API int bkf_weave_ex(int n, const uint64_t *sleds, const uint32_t *jps, bkf_handler h, void *arg, unsigned flags) {
+  if (n < 0 || (n && (!sleds || !jps || !h)) || (flags & ~(unsigned)BKF_WEAVE_NO_VECTOR)) return -EINVAL;
   if (n == 0) return 0;
   lock(&W.lock);
   int rc = 0;
@@ -1118,6 +1149,7 @@ API int bkf_weave(int n, const uint64_t *sleds, const uint32_t *jps, bkf_handler
     stub_for(sleds[i], &slot);
     W.slots[slot].jp = jps[i];
     W.slots[slot].arg = arg;
+    __atomic_store_n(&__bunkai_flow_modes[slot], (uint8_t)(flags & BKF_WEAVE_NO_VECTOR), __ATOMIC_SEQ_CST);
     __atomic_store_n(&W.slots[slot].h, h, __ATOMIC_SEQ_CST);
   }
   /* (1) the jump form over the nop; (2) sync; (3) bytes 2..10; (4) sync;

@@ -6,9 +6,8 @@
 //! module's init weaves the sleds through the runtime (bkf_weave,
 //! bunkai_flow.h §4), and its exit unweaves them.
 //!
-//! Not built yet: compiling the module and loading it into a running
-//! process through bunkai mod's loader (the CLI), so nothing here has run
-//! inside a target. The tests compile what it generates.
+//! `weave` compiles the module with clang-14 (vector-free when it can, so
+//! the trampoline skips XSAVE) and loads it through bunkai mod's loader.
 
 use crate::aspect::{Aspect, How, Prim};
 use crate::check::{selects, uses, Program};
@@ -23,6 +22,9 @@ pub struct Generated {
     /// The woven sleds' addresses as mapped (link-time address + bias), in
     /// the order of the handler's cases.
     pub sleds: Vec<u64>,
+    /// The advice reads a variable the compiler kept in an %xmm register,
+    /// so the trampoline must save the vector state.
+    pub needs_xsave: bool,
 }
 
 /// The saved register behind a name the compiler printed, with the C type
@@ -284,18 +286,50 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
            uint64_t bkf_pc__ = f__->ret - 7;\n  uint32_t bkf_jp__ = JP__[k__];\n  (void)xs__, (void)arg__, (void)bkf_pc__, (void)bkf_jp__;\n  \
            switch (k__) {{\n{cases}  }}\n}}\n"
     );
-    let _ = writeln!(src, "static int init__(void) {{");
+    // weave sets BKF_WEAVE_FLAGS__ to BKF_WEAVE_NO_VECTOR when the module
+    // builds vector-free (vector_free_object)
+    let _ = writeln!(src, "#ifndef BKF_WEAVE_FLAGS__\n#define BKF_WEAVE_FLAGS__ 0u\n#endif\nstatic int init__(void) {{");
     for x in &a.xflows {
         let _ = writeln!(src, "  T_{0} = bkf_table(\"{0}\");", x.name);
     }
     let _ = writeln!(
         src,
-        "  for (uint32_t k = 0; k < {n}; k++) CASE__[k] = k;\n  return bkf_weave({n}, SLEDS__, CASE__, handler__, 0) ? -1 : 0;\n}}\n\
+        "  for (uint32_t k = 0; k < {n}; k++) CASE__[k] = k;\n  return bkf_weave_ex({n}, SLEDS__, CASE__, handler__, 0, BKF_WEAVE_FLAGS__) ? -1 : 0;\n}}\n\
          static void exit__(void) {{ bkf_unweave({n}, SLEDS__); }}\n\n\
          BUNKAI_MODULE(\"{module}\", \"1\");\nBUNKAI_MODULE_INIT(init__);\nBUNKAI_MODULE_EXIT(exit__);",
         n = sleds.len()
     );
-    Ok(Generated { source: src, sleds })
+    // xs__ appears twice in every module (parameter, cast to void); more
+    // uses read an %xmm register from the XSAVE area
+    let needs_xsave = src.matches("xs__").count() > 2;
+    Ok(Generated { source: src, sleds, needs_xsave })
+}
+
+/// What a vector-free advice module may call: the flow runtime, which is
+/// built with -mgeneral-regs-only (flow/runtime/CMakeLists.txt).
+const VECTOR_FREE_CALLS: &[&str] = &[
+    "bkf_table",
+    "get_new_flowid",
+    "register_flowid",
+    "get_flowid",
+    "remove_flowid",
+    "bkf_table_size",
+    "bkf_store",
+    "bkf_weave",
+    "bkf_weave_ex",
+    "bkf_unweave",
+];
+
+/// None if the object (compiled with -mgeneral-regs-only) calls only the
+/// flow runtime; else the first other symbol it needs (e.g. glibc's memcpy,
+/// which may use AVX).
+pub fn vector_free_object(obj: &[u8]) -> Result<Option<String>> {
+    use object::{Object, ObjectSymbol};
+    let f = object::File::parse(obj).map_err(|e| anyhow::anyhow!("the advice object is not ELF: {e}"))?;
+    Ok(f.symbols()
+        .filter(|s| s.is_undefined() && s.is_global())
+        .filter_map(|s| s.name().ok().map(str::to_string))
+        .find(|n| !n.is_empty() && !VECTOR_FREE_CALLS.contains(&n.as_str())))
 }
 
 fn mask(bits: u32) -> String {
@@ -407,6 +441,14 @@ pub struct WeaveArgs {
     /// Keep the generated C and object here
     #[arg(long, value_name = "DIR")]
     pub keep: Option<std::path::PathBuf>,
+    /// Always save the vector registers around the advice. By default,
+    /// advice that compiles with -mgeneral-regs-only and calls nothing but
+    /// the flow runtime is woven with a trampoline that skips XSAVE/XRSTOR
+    #[arg(long)]
+    pub full_state: bool,
+    /// Say which trampoline the advice gets, and why
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 #[derive(clap::Args)]
@@ -470,21 +512,47 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
     let o = dir.join(format!("{module}.o"));
     std::fs::write(&c, &g.source)?;
     let inc = bunkai_scatter::toolchain::helper_libdir()?.join("include");
-    let mut cc = std::process::Command::new("clang-14");
-    cc.args(["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"]).arg(format!("-I{}", inc.display()));
-    if let Some(f) = &a.cflags {
-        cc.args(f.split_whitespace());
+    let compile = |extra: &[&str]| -> Result<std::process::Output> {
+        let mut cc = std::process::Command::new("clang-14");
+        cc.args(["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"]).arg(format!("-I{}", inc.display()));
+        cc.args(extra);
+        if let Some(f) = &a.cflags {
+            cc.args(f.split_whitespace());
+        }
+        cc.arg(&c).arg("-o").arg(&o).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e}"))
+    };
+    // First try a vector-free module: the trampoline then skips XSAVE/XRSTOR.
+    let mut why_full = if a.full_state {
+        Some("--full-state".to_string())
+    } else if g.needs_xsave {
+        Some("the advice reads a variable kept in an %xmm register".to_string())
+    } else {
+        let out = compile(&["-mgeneral-regs-only", "-DBKF_WEAVE_FLAGS__=BKF_WEAVE_NO_VECTOR"])?;
+        if !out.status.success() {
+            Some("the advice does not compile with -mgeneral-regs-only (floating point?)".to_string())
+        } else {
+            vector_free_object(&std::fs::read(&o)?)?.map(|sym| format!("the advice calls {sym}, which may use vector registers"))
+        }
+    };
+    if why_full.is_some() {
+        let out = compile(&[])?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let first = err.lines().find(|l| l.contains("error")).unwrap_or("").trim();
+            bail!("the advice does not compile: {first} (the C is kept with --keep DIR; xin/xout need the header struct: --cflags \"-include header.h\")");
+        }
     }
-    let out = cc.arg(&c).arg("-o").arg(&o).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let first = err.lines().find(|l| l.contains("error")).unwrap_or("").trim();
-        bail!("the advice does not compile: {first} (the C is kept with --keep DIR; xin/xout need the header struct: --cflags \"-include header.h\")");
+    if a.verbose {
+        match &why_full {
+            None => eprintln!("bunkai flow: the advice is vector-free: the trampoline skips XSAVE/XRSTOR"),
+            Some(why) => eprintln!("bunkai flow: full-state trampoline (XSAVE/XRSTOR): {why}"),
+        }
     }
+    let trampoline = if why_full.take().is_some() { "full-state" } else { "vector-free" };
     let mut host = bunkai_mod::proto::Host::connect(&sock)?;
     let r = bunkai_mod::server::load(&mut host, &bunkai_mod::server::LoadOptions { file: &o, dirs: vec![], replace: None, copy: false })?;
     println!(
-        "bunkai flow: woven {module} into {} ({}): {} sled{}, loaded in {:.0} us, {:.1} ms in all",
+        "bunkai flow: woven {module} into {} ({}): {} sled{}, {trampoline} trampoline, loaded in {:.0} us, {:.1} ms in all",
         a.pid,
         exe_s,
         g.sleds.len(),

@@ -86,6 +86,7 @@ const API: &[&str] = &[
     "bkf_table_size",
     "bkf_store",
     "bkf_weave",
+    "bkf_weave_ex",
     "bkf_unweave",
 ];
 

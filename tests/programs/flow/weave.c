@@ -5,9 +5,11 @@
  * --json`, sled_addr) in this program. Three threads run a workload on
  * struct items (integer and floating point) while, in `woven` mode, the
  * main thread weaves every sled, waits for some calls, and unweaves them,
- * ROUNDS times. The handler counts calls, checks that each comes from the
- * sled its jp names, and clobbers vector registers (the trampoline must
- * save them). Prints the workload's checksums, which must not depend on
+ * ROUNDS times. Even rounds weave with bkf_weave: the handler counts calls,
+ * checks that each comes from the sled its jp names and got an XSAVE area,
+ * and clobbers vector registers (the trampoline must save them). Odd rounds
+ * weave with bkf_weave_ex(BKF_WEAVE_NO_VECTOR): an integer-only handler
+ * that must get no area and a 16-byte aligned stack. Prints the workload's checksums, which must not depend on
  * the mode, and the checks. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,10 +33,22 @@ static int nsleds;
 static uint64_t calls, bad;
 static double scratch[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 
-static void handler(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
-  (void)xsave;
+static uint64_t gpr_calls;
+
+/* BKF_WEAVE_NO_VECTOR: integers only (the program is built with -O2, and
+ * nothing here needs a vector register). */
+static void handler_gpr(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
   __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
-  if ((int)jp >= nsleds || f->ret - 7 != sleds[jp] || arg != (void *)&calls) __atomic_fetch_add(&bad, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&gpr_calls, 1, __ATOMIC_RELAXED);
+  uint64_t sp = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+  if ((int)jp >= nsleds || f->ret - 7 != sleds[jp] || arg != (void *)&calls || xsave || sp % 16)
+    __atomic_fetch_add(&bad, 1, __ATOMIC_RELAXED);
+}
+
+static void handler(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
+  __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
+  if ((int)jp >= nsleds || f->ret - 7 != sleds[jp] || arg != (void *)&calls || !xsave || (uintptr_t)xsave % 64)
+    __atomic_fetch_add(&bad, 1, __ATOMIC_RELAXED);
   /* floating point and vector work in the handler */
   double acc = 0;
   for (int i = 0; i < 16; i++) acc += scratch[i] * 1.0001;
@@ -97,6 +111,7 @@ int main(int argc, char **argv) {
     int r1 = bkf_weave(nsleds, sleds, jps, handler, &calls);
     int r2 = bkf_weave(nsleds, sleds, jps, handler, &calls);
     printf("weave: %d, again: %s\n", r1, r2 == -EEXIST ? "refused" : "ACCEPTED");
+    printf("unknown flag: %s\n", bkf_weave_ex(nsleds, sleds, jps, handler, &calls, 2) == -EINVAL ? "refused" : "ACCEPTED");
     bkf_unweave(nsleds, sleds);
   }
   struct work w[3];
@@ -109,7 +124,9 @@ int main(int argc, char **argv) {
   if (woven) {
     for (; done < rounds; done++) {
       uint64_t before = __atomic_load_n(&calls, __ATOMIC_RELAXED);
-      if (bkf_weave(nsleds, sleds, jps, handler, &calls)) failed++;
+      if (done & 1 ? bkf_weave_ex(nsleds, sleds, jps, handler_gpr, &calls, BKF_WEAVE_NO_VECTOR)
+                   : bkf_weave(nsleds, sleds, jps, handler, &calls))
+        failed++;
       for (int spin = 0; spin < 100000 && __atomic_load_n(&calls, __ATOMIC_RELAXED) == before; spin++) sched_yield();
       if (bkf_unweave(nsleds, sleds)) failed++;
     }
@@ -120,8 +137,8 @@ int main(int argc, char **argv) {
   worker(&extra); /* unwoven now: no more calls */
   for (int i = 0; i < 3; i++) printf("worker %d: sum %.6f counts %ld\n", i, w[i].sum, w[i].counts);
   if (woven)
-    printf("rounds %d, failed %d, calls %s, bad %llu, calls after unweave %llu\n", done, failed,
-           after > 0 ? "seen" : "NONE", (unsigned long long)bad,
+    printf("rounds %d, failed %d, calls %s, vector-free calls %s, bad %llu, calls after unweave %llu\n", done, failed,
+           after > 0 ? "seen" : "NONE", gpr_calls > 0 ? "seen" : "NONE", (unsigned long long)bad,
            (unsigned long long)(__atomic_load_n(&calls, __ATOMIC_RELAXED) - after));
   return 0;
 }
