@@ -879,6 +879,68 @@ static void test_signal(char *note) {
 
 /* ------------------------------------------------------------------ */
 
+/* A sled of our own: probe_flags(f) loads the flags from f (popfq), runs
+ * the sled, and returns the flags after it (pushfq). The sled sits at an
+ * even address, as bkf_weave wants. */
+uint64_t probe_flags(uint64_t flags);
+extern char probe_sled[];
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl probe_flags\n"
+        ".type probe_flags,@function\n"
+        "probe_flags:\n"
+        "  push %rdi\n"
+        "  popfq\n"
+        ".globl probe_sled\n"
+        "probe_sled:\n"
+        "  .byte 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0\n"
+        "  pushfq\n"
+        "  pop %rax\n"
+        "  ret\n"
+        ".size probe_flags, .-probe_flags\n");
+
+static uint64_t flag_calls;
+static volatile uint64_t flag_sink;
+
+/* Leaves the flags different from how it found them (integers only). */
+static void flag_clobber(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
+  (void)xsave, (void)jp, (void)arg;
+  flag_calls++;
+  uint64_t x = f->flags;
+  __asm__ volatile("xor %0, %0\n cmp $1, %0" : "+r"(x) : : "cc");
+  flag_sink = x;
+}
+
+/* Both trampolines (full state, and vector-free with its sahf path) give
+ * the program back every arithmetic flag as it was at the sled. */
+static void test_weave_flags(char *note) {
+  const uint64_t arith = 0x1 | 0x4 | 0x10 | 0x40 | 0x80 | 0x800; /* CF PF AF ZF SF OF */
+  uint64_t sled = (uint64_t)(uintptr_t)probe_sled;
+  uint32_t jp = 0;
+  CHECK(sled % 2 == 0, "probe sled at an odd address");
+  for (int mode = 0; mode < 2; mode++) {
+    int r = bkf_weave_ex(1, &sled, &jp, flag_clobber, 0, mode ? BKF_WEAVE_NO_VECTOR : 0);
+    CHECK(r == 0, "bkf_weave_ex(mode %d): %d", mode, r);
+    uint64_t before = flag_calls;
+    for (int bits = 0; bits < 64; bits++) {
+      uint64_t in = 0x2;
+      for (int k = 0; k < 6; k++)
+        if (bits & (1 << k)) in |= (uint64_t[]){0x1, 0x4, 0x10, 0x40, 0x80, 0x800}[k];
+      uint64_t out = probe_flags(in);
+      CHECK((out & arith) == (in & arith), "mode %d: flags %#llx came back %#llx", mode,
+            (unsigned long long)in, (unsigned long long)out);
+      CHECK(!(out & 0x400), "mode %d: DF set after the sled", mode);
+    }
+    CHECK(flag_calls - before == 64, "mode %d: %llu calls for 64 sled runs", mode,
+          (unsigned long long)(flag_calls - before));
+    CHECK(bkf_unweave(1, &sled) == 0, "unweave");
+  }
+  CHECK(bkf_weave_ex(1, &sled, &jp, flag_clobber, 0, 4) == -EINVAL, "an unknown flag is refused");
+  probe_flags(0x2); /* unwoven: no call */
+  CHECK(flag_calls == 128, "%llu calls after unweave", (unsigned long long)flag_calls);
+  snprintf(note, 256, "64 flag patterns through both trampolines");
+}
+
 static const struct {
   const char *name;
   void (*fn)(char *note);
@@ -897,6 +959,7 @@ static const struct {
     {"fork", test_fork},
     {"fork_under_load", test_fork_under_load},
     {"signal", test_signal},
+    {"weave_flags", test_weave_flags},
 };
 enum { NTESTS = sizeof tests / sizeof tests[0] };
 

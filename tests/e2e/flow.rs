@@ -1086,3 +1086,137 @@ fn split_driver_case_study_follows_every_packet_across_the_ring() {
     let left = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
     assert!(!left.contains("bk-flow-"), "{left}");
 }
+
+/// Debian's memcached, from its source package (scripts/fetch-memcached.sh,
+/// which `make test` runs): the plain build and the `bunkai flow cc` build.
+fn memcached(variant: &str) -> PathBuf {
+    let p = root().join("build/third_party/memcached").join(format!("memcached-{variant}"));
+    assert!(p.exists(), "{} is missing (run make fetch-memcached)", p.display());
+    p
+}
+
+/// A free loopback port (bound, then let go, for the server to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts memcached on 127.0.0.1:port (one worker thread) and waits, with
+/// a deadline, until it accepts connections.
+fn start_memcached(exe: &Path, port: u16, weavable_bufs: Option<&Path>) -> std::process::Child {
+    let mut cmd = Command::new(exe);
+    cmd.args(["-U", "0", "-l", "127.0.0.1", "-p", &port.to_string(), "-t", "1", "-m", "64", "-u", "root"]);
+    if let Some(bufs) = weavable_bufs {
+        let lib = runtime_dir();
+        cmd.env("BUNKAI_HOST", "1")
+            .env("LD_PRELOAD", format!("{} {}", lib.join("libbunkai-host.so").display(), lib.join("libbunkai-flow.so").display()))
+            .env("BUNKAI_FLOW_DIR", bufs)
+            .env("BUNKAI_FLOW_IDS", bufs.join("ids"));
+    }
+    let mut child = cmd.stdout(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "{} exited before it listened", exe.display());
+        assert!(std::time::Instant::now() < deadline, "{} does not listen on {port}", exe.display());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
+
+/// memcached's text protocol, one request at a time: each reply read to
+/// its end ("END\r\n" for gets, one line otherwise).
+const MC_SESSION: &[(&str, &str)] = &[
+    ("set greeting 0 0 5\r\nhello\r\n", "\r\n"),
+    ("get greeting\r\n", "END\r\n"),
+    ("get nothing\r\n", "END\r\n"),
+    ("append greeting 0 0 6\r\n world\r\n", "\r\n"),
+    ("set n 0 0 2\r\n41\r\n", "\r\n"),
+    ("incr n 1\r\n", "\r\n"),
+    ("get greeting n\r\n", "END\r\n"),
+    ("delete greeting\r\n", "\r\n"),
+    ("get greeting\r\n", "END\r\n"),
+];
+
+fn mc_session(port: u16) -> Vec<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let mut replies = Vec::new();
+    for (req, end) in MC_SESSION {
+        s.write_all(req.as_bytes()).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.ends_with(end.as_bytes()) {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "the server closed the connection after {req:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        replies.push(String::from_utf8(got).unwrap());
+    }
+    replies
+}
+
+fn memcaslap(port: u16, ops: u32) -> String {
+    let o = Command::new("memcaslap")
+        .args(["-s", &format!("127.0.0.1:{port}"), "-T", "1", "-c", "8", "-x", &ops.to_string()])
+        .output()
+        .expect("memcaslap (Debian's libmemcached-tools; run scripts/install-deps.sh)");
+    assert!(o.status.success(), "{o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The real-server case study: Debian's memcached built with `bunkai flow
+/// cc` answers as the plain build does; woven at run time with
+/// aspects/memcached.xml it still does, and each request becomes one flow
+/// from its read buffer (try_read_command_ascii) through its reply objects
+/// to their release (resp_finish). Woven and unwoven five times under
+/// memcaslap's load, it serves every operation and answers the same after.
+#[test]
+fn memcached_requests_are_followed_from_read_buffer_to_reply() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut plain = start_memcached(&memcached("plain"), port, None);
+    let want = mc_session(port);
+    plain.kill().unwrap();
+    plain.wait().unwrap();
+    assert_eq!(want[1], "VALUE greeting 0 5\r\nhello\r\nEND\r\n");
+    assert_eq!(want[6], "VALUE greeting 0 11\r\nhello world\r\nVALUE n 0 2\r\n42\r\nEND\r\n");
+
+    let bufs = d.path().join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    let port = free_port();
+    let mut srv = start_memcached(&memcached("flow"), port, Some(&bufs));
+    let pid = srv.id().to_string();
+    assert_eq!(mc_session(port), want, "flow cc build, nothing woven");
+    let asp = aspect("memcached");
+    let o = bunkai_ok(&["flow", "weave", "--pid", &pid, asp.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("vector-free trampoline"), "{out}");
+    assert_eq!(mc_session(port), want, "woven");
+    bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+
+    let rep: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
+    let flows = rep["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), MC_SESSION.len(), "one flow per request: {rep}");
+    for (f, (req, _)) in flows.iter().zip(MC_SESSION) {
+        let steps = f["steps"].as_array().unwrap();
+        let fns: Vec<&str> = steps.iter().map(|s| s["function"].as_str().unwrap()).collect();
+        assert_eq!(fns[0], "try_read_command_ascii", "{req:?}: {fns:?}");
+        assert_eq!(*fns.last().unwrap(), "resp_finish", "{req:?}: {fns:?}");
+        assert!(fns.contains(&"_transmit_pre"), "{req:?}: {fns:?}");
+        if req.starts_with("get greeting") {
+            assert!(fns.contains(&"process_get_command"), "{req:?}: {fns:?}");
+        }
+    }
+
+    // under load: memcaslap while the aspect is woven and unwoven five times
+    let load = std::thread::spawn(move || memcaslap(port, 400_000));
+    for _ in 0..5 {
+        bunkai_ok(&["flow", "weave", "--pid", &pid, asp.to_str().unwrap()]);
+        bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    }
+    let out = load.join().unwrap();
+    assert!(out.contains("Ops: 400000 "), "memcaslap did not get every answer: {out}");
+    assert_eq!(mc_session(port), want, "after the load");
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}

@@ -23,6 +23,7 @@ const TESTS: &[&str] = &[
     "fork",
     "fork_under_load",
     "signal",
+    "weave_flags",
 ];
 
 fn built(rel: &str) -> PathBuf {
