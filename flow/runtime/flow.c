@@ -963,6 +963,10 @@ HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {
    * that nests here leaves it as it found it) */
   if (mine) __atomic_store_n(mine, __atomic_load_n(mine, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
   else __atomic_fetch_add(&W.inflight, 1, __ATOMIC_SEQ_CST);
+  /* the count's store stays before the handler's load in the code (an
+   * acquire load alone would let the compiler sink a relaxed store below
+   * it); the CPU's order is unweave's membarrier's business */
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   bkf_handler h = __atomic_load_n(&s->h, __ATOMIC_SEQ_CST);
   /* Without an XSAVE area, run only a handler woven vector-free. The
    * trampoline read the mode before this thread counted as in flight, so an

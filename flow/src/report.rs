@@ -25,6 +25,9 @@ pub struct DumpArgs {
     /// One JSON document instead of text
     #[arg(long)]
     pub json: bool,
+    /// Only each buffer's header line (records, bytes used, dropped), no records
+    #[arg(long)]
+    pub summary: bool,
 }
 
 #[derive(clap::Args)]
@@ -83,33 +86,51 @@ fn short(path: &str) -> &str {
 
 pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
     let bufs = load(&a.buffers)?;
+    // Streamed, record by record: a buffer may hold tens of millions.
+    let out = std::io::stdout();
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, out.lock());
+    match write_dump(a, &bufs, &mut w).and_then(|_| Ok(std::io::Write::flush(&mut w)?)) {
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {}
+        r => r?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_dump(a: &DumpArgs, bufs: &[Buffer], w: &mut impl std::io::Write) -> Result<()> {
     let mut t = Tables(HashMap::new());
     let t0 = bufs.iter().map(|b| b.started_ns).min().unwrap_or(0);
     if a.json {
-        let v: Vec<Value> = bufs
-            .iter()
-            .map(|b| {
-                let recs: Vec<Value> = b
-                    .records
-                    .iter()
-                    .map(|r| {
-                        let (f, file, line) = place(&mut t, b, r);
-                        json!({"ns": r.ns, "pc": format!("{:#x}", r.pc), "tid": r.tid, "jp": r.jp,
-                               "function": f, "file": file, "line": line, "values": r.vals})
-                    })
-                    .collect();
-                json!({"file": b.path.display().to_string(), "pid": b.pid, "host": b.host, "exe": b.exe,
-                       "capacity": b.capacity, "used": b.head.min(b.capacity), "dropped": b.dropped,
-                       "incomplete": b.incomplete, "started_ns": b.started_ns, "records": recs})
-            })
-            .collect();
-        crate::stdout(&(serde_json::to_string_pretty(&json!({"buffers": v}))? + "\n"))?;
-        return Ok(ExitCode::SUCCESS);
+        // {"buffers": [{header fields..., "records": [...]}, ...]}: the same
+        // document serde_json would make, one record per line
+        w.write_all(b"{\"buffers\": [")?;
+        for (i, b) in bufs.iter().enumerate() {
+            let mut head = json!({"file": b.path.display().to_string(), "pid": b.pid, "host": b.host, "exe": b.exe,
+                                  "capacity": b.capacity, "used": b.head.min(b.capacity), "dropped": b.dropped,
+                                  "incomplete": b.incomplete, "started_ns": b.started_ns,
+                                  "record_count": b.records.len()})
+            .to_string();
+            head.pop(); // the closing brace: records follow
+            write!(w, "{}\n{head}", if i > 0 { "," } else { "" })?;
+            if a.summary {
+                w.write_all(b"}")?;
+                continue;
+            }
+            w.write_all(b", \"records\": [")?;
+            for (k, r) in b.records.iter().enumerate() {
+                let (f, file, line) = place(&mut t, b, r);
+                let rec = json!({"ns": r.ns, "pc": format!("{:#x}", r.pc), "tid": r.tid, "jp": r.jp,
+                                 "function": f, "file": file, "line": line, "values": r.vals});
+                write!(w, "{}\n  {rec}", if k > 0 { "," } else { "" })?;
+            }
+            w.write_all(b"]}")?;
+        }
+        w.write_all(b"]}\n")?;
+        return Ok(());
     }
-    let mut s = String::new();
-    for b in &bufs {
-        s += &format!(
-            "# {}: pid {} on {}, {}: {} records, {} of {} bytes used, {} dropped, {} incomplete\n",
+    for b in bufs {
+        writeln!(
+            w,
+            "# {}: pid {} on {}, {}: {} records, {} of {} bytes used, {} dropped, {} incomplete",
             b.path.display(),
             b.pid,
             b.host,
@@ -119,12 +140,16 @@ pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
             b.capacity,
             b.dropped,
             b.incomplete
-        );
+        )?;
+        if a.summary {
+            continue;
+        }
         for r in &b.records {
             let (f, file, line) = place(&mut t, b, r);
             let vals: Vec<String> = r.vals.iter().map(|v| format!("{v:#x}")).collect();
-            s += &format!(
-                "{:>14.3} us  tid {:<7} {:#x}  {}:{} {}  [{}]\n",
+            writeln!(
+                w,
+                "{:>14.3} us  tid {:<7} {:#x}  {}:{} {}  [{}]",
                 r.ns.saturating_sub(t0) as f64 / 1e3,
                 r.tid,
                 r.pc,
@@ -132,11 +157,10 @@ pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
                 line,
                 f,
                 vals.join(" ")
-            );
+            )?;
         }
     }
-    crate::stdout(&s)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// One step of a flow.
