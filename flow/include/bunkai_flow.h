@@ -73,6 +73,10 @@
  * text is tab-separated: kind-specific fields, then the operands:
  *     access:  "struct\tmember\tfunction\tfile\tline\tload|store|addr\tOPERANDS"
  *     entry:   "-\t-\tfunction\tfile\tline\tentry\tOPERANDS"
+ *     after:   as access (kind BKF_KIND_AFTER): a second sled right after the
+ *              accessing instruction, for <after> advice; only with the
+ *              pass option -bunkai-flow-after. A load's operands add
+ *              "$value", the value it read.
  * OPERANDS is a space-separated list of name=location, where name is
  * "$base" (the struct pointer of an access), "$arg0".."$argN" (function
  * arguments at entry) or a C local variable or parameter visible at the join
@@ -133,7 +137,7 @@
 #define BKF_SECTION "bunkai_flow_jp"
 #define BKF_JP_MAGIC 0x50464b42u /* "BKFP" */
 #define BKF_SLED_SIZE 11
-enum { BKF_KIND_ACCESS = 1, BKF_KIND_ENTRY = 2 };
+enum { BKF_KIND_ACCESS = 1, BKF_KIND_ENTRY = 2, BKF_KIND_AFTER = 3 };
 
 #define BKF_IDS_PATH "/dev/shm/bunkai-flow.ids"
 #define BKF_BUF_DIR "/dev/shm"

@@ -54,8 +54,9 @@ namespace {
 
 // One join point found, before anything is inserted.
 struct Site {
-  Instruction *At;          // the sled goes right before it
+  Instruction *At;          // the sled goes right before it (after: right after it)
   Record R;
+  bool After = false;       // BKF_KIND_AFTER: the sled follows At
   // access: the GEP and how many of its indices address the struct
   GEPOperator *GEP = nullptr;
   unsigned Prefix = 0;
@@ -261,7 +262,16 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
         S.Prefix = Mb.Prefix;
         if (Opts.Locals)
           S.Vars = Vars.at(&I, Loc);
+        // <after> advice: the same access's second sled, right after the
+        // instruction (not after an invoke, which ends its block)
+        bool After = Opts.After && !I.isTerminator();
+        Site A = S;
         Sites.push_back(std::move(S));
+        if (After) {
+          A.After = true;
+          A.R.Kind = BKF_KIND_AFTER;
+          Sites.push_back(std::move(A));
+        }
       }
     }
     if (!Sites.empty() && Opts.Locals && Opts.Entry &&
@@ -277,24 +287,29 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
     // Everything is found before anything is inserted: the variable
     // analysis reads the function as the optimiser left it.
     for (Site &S : Sites) {
+      // An after sled goes before the instruction that follows the access
+      // (the access's own before sled is already in place above it).
+      Instruction *Pt = S.After ? S.At->getNextNode() : S.At;
       std::vector<Operand> Ops;
       if (S.R.Kind == BKF_KIND_ENTRY) {
         for (Argument &A : F.args())
           Ops.push_back({"$arg" + std::to_string(A.getArgNo()), &A});
       } else {
-        Ops.push_back({"$base", baseOf(S.GEP, S.Prefix, S.At)});
+        Ops.push_back({"$base", baseOf(S.GEP, S.Prefix, Pt)});
+        if (S.After && isa<LoadInst>(S.At))
+          Ops.push_back({"$value", S.At});
       }
       for (Variable &V : S.Vars) {
         Value *Val = V.V;
         if (V.InMemory) {
           auto *LI = new LoadInst(V.InMemory->getAllocatedType(), V.InMemory,
-                                  V.Name + ".bkf", S.At);
+                                  V.Name + ".bkf", Pt);
           LI->setDebugLoc(S.At->getDebugLoc());
           Val = LI;
         }
         Ops.push_back({V.Name, Val});
       }
-      Dropped += insertSled(S.At, S.R, Ops, Opts.MaxOperands);
+      Dropped += insertSled(Pt, S.R, Ops, Opts.MaxOperands);
       ++Total;
     }
   }

@@ -39,6 +39,12 @@ static cl::opt<bool>
     ClLocals("bunkai-flow-locals",
              cl::desc("bunkai flow: pass named C variables as sled operands"),
              cl::init(true));
+static cl::opt<bool>
+    ClAfter("bunkai-flow-after",
+            cl::desc("bunkai flow: also place a sled right after each "
+                     "struct member access, for <after> advice (doubles the "
+                     "access sleds)"),
+            cl::init(false));
 static cl::opt<unsigned>
     ClMaxOperands("bunkai-flow-max-operands",
                   cl::desc("bunkai flow: register operands per sled"),
@@ -97,6 +103,7 @@ Options Options::fromCommandLine() {
   if (!Err.empty())
     O.Error = "-bunkai-flow-kinds: " + Err;
   O.Locals = ClLocals;
+  O.After = ClAfter;
   O.MaxOperands = ClMaxOperands;
   if (O.MaxOperands > MaxOperandsLimit)
     O.Error = "-bunkai-flow-max-operands: at most " + std::to_string(MaxOperandsLimit) +
@@ -131,12 +138,14 @@ std::string Options::parse(StringRef Params) {
       if (MaxOperands > MaxOperandsLimit)
         return "max-operands: at most " + std::to_string(MaxOperandsLimit) +
                " (the compiler needs the other registers around a sled)";
-    } else if (Key == "verbose")
+    } else if (Key == "after")
+      After = true;
+    else if (Key == "verbose")
       Verbose = true;
     else
       return "unknown parameter '" + Key.str() +
              "' (functions, files, structs, kinds, locals, max-operands, "
-             "verbose)";
+             "after, verbose)";
   }
   return "";
 }

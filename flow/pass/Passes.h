@@ -31,13 +31,14 @@ struct Options {
   std::vector<std::string> Structs;   // empty: every struct
   bool Load = true, Store = true, Addr = true, Entry = true;
   bool Locals = true;        // named C variables as operands
+  bool After = false;        // also a sled after each access (<after> advice)
   unsigned MaxOperands = 8;  // register operands per sled ($base/$argN first)
   bool Verbose = false;      // why an access got no join point, on stderr
   std::string Error;         // a bad -bunkai-flow-* option, reported by run()
 
   static Options fromCommandLine();
   // "functions=a+b;files=x.c;structs=pkt;kinds=load+store+addr+entry;
-  //  locals=0;max-operands=4;verbose" ('+' separates list items: opt splits
+  //  locals=0;max-operands=4;after;verbose" ('+' separates list items: opt splits
   //  pipelines at commas). Returns an error message or "".
   std::string parse(llvm::StringRef Params);
 

@@ -680,7 +680,9 @@ fn prim(lx: &mut Lexer) -> Result<Expr, Diag> {
         }
         "local_var" => {
             want(2, 2, "(PROGRAM_VARIABLE, ADVICE_NAME)")?;
-            Prim::LocalVar { var: ident(&args[0], "variable")?, name: ident(&args[1], "name")? }
+            // $value: what the load read, at the sleds after loads (<after>)
+            let var = if args[0] == "$value" { args[0].clone() } else { ident(&args[0], "variable")? };
+            Prim::LocalVar { var, name: ident(&args[1], "name")? }
         }
         "within_function" => {
             want(1, 1, "FUNCTION or FUNCTION@HOST")?;

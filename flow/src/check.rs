@@ -53,6 +53,19 @@ pub struct Use<'a> {
     /// Program variables that must be visible at each selected join point,
     /// with where the aspect names them.
     pub needs: Vec<(String, Pos)>,
+    /// Which sleds it runs at: before the join point (`<before>`, and every
+    /// xflow part), after it (`<after>`: the sleds `-bunkai-flow-after`
+    /// places after each access), or both.
+    pub before: bool,
+    pub after: bool,
+}
+
+impl Use<'_> {
+    /// Does this pointcut select the join point, at a sled of the right
+    /// side (before or after the access)?
+    pub fn selects(&self, jp: &JoinPoint, host: &Option<String>) -> bool {
+        (if jp.after { self.after } else { self.before }) && selects(&self.pointcut.expr, jp, host)
+    }
 }
 
 /// Every pointcut of the aspect, in file order.
@@ -69,13 +82,19 @@ pub fn uses(a: &Aspect) -> Vec<Use<'_>> {
             .collect()
     };
     for (k, ad) in a.advices.iter().enumerate() {
-        out.push(Use { what: format!("advice {}", k + 1), pointcut: &ad.pointcut, needs: locals(&ad.pointcut) });
+        out.push(Use {
+            what: format!("advice {}", k + 1),
+            pointcut: &ad.pointcut,
+            needs: locals(&ad.pointcut),
+            before: ad.before.is_some(),
+            after: ad.after.is_some(),
+        });
     }
     for x in &a.xflows {
         for (k, s) in x.starts.iter().enumerate() {
             let mut needs = locals(&s.pointcut);
             needs.extend(s.select.iter().cloned());
-            out.push(Use { what: format!("xflow {} start {}", x.name, k + 1), pointcut: &s.pointcut, needs });
+            out.push(Use { what: format!("xflow {} start {}", x.name, k + 1), pointcut: &s.pointcut, needs, before: true, after: false });
         }
         for (k, t) in x.transits.iter().enumerate() {
             let mut needs = locals(&t.pointcut);
@@ -86,12 +105,12 @@ pub fn uses(a: &Aspect) -> Vec<Use<'_>> {
                 }
                 How::Action(_) => {}
             }
-            out.push(Use { what: format!("xflow {} transit {}", x.name, k + 1), pointcut: &t.pointcut, needs });
+            out.push(Use { what: format!("xflow {} transit {}", x.name, k + 1), pointcut: &t.pointcut, needs, before: true, after: false });
         }
         for (k, q) in x.quits.iter().enumerate() {
             let mut needs = locals(&q.pointcut);
             needs.extend(q.select.iter().cloned());
-            out.push(Use { what: format!("xflow {} quit {}", x.name, k + 1), pointcut: &q.pointcut, needs });
+            out.push(Use { what: format!("xflow {} quit {}", x.name, k + 1), pointcut: &q.pointcut, needs, before: true, after: false });
         }
     }
     out
@@ -266,20 +285,35 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
         let mut sel: Selection = Vec::new();
         for (pi, prog) in progs.iter().enumerate() {
             for (ji, jp) in prog.jps.iter().enumerate() {
-                if selects(&u.pointcut.expr, jp, &prog.host) {
+                if u.selects(jp, &prog.host) {
                     sel.push((pi, ji));
                 }
             }
         }
-        if sel.is_empty() {
-            let names: Vec<String> = progs.iter().map(|p| p.path.display().to_string()).collect();
+        let names = || progs.iter().map(|p| p.path.display().to_string()).collect::<Vec<_>>().join(", ");
+        let any_after = sel.iter().any(|&(pi, ji)| progs[pi].jps[ji].after);
+        if u.after && !any_after && !progs.iter().any(|p| p.jps.iter().any(|jp| jp.after)) {
             d.push(Diag {
                 pos: u.pointcut.pos,
-                msg: format!("{}: the pointcut selects no join point in {} (see `bunkai flow points`)", u.what, names.join(", ")),
+                msg: format!(
+                    "{}: <after> runs at sleds after the accesses, and {} has none (build it with `bunkai flow cc -mllvm -bunkai-flow-after`)",
+                    u.what,
+                    names()
+                ),
+            });
+        } else if sel.is_empty() || (u.after && !u.before && !any_after) {
+            d.push(Diag {
+                pos: u.pointcut.pos,
+                msg: format!("{}: the pointcut selects no join point in {} (see `bunkai flow points`)", u.what, names()),
             });
         }
         for (var, pos) in &u.needs {
-            let missing: Vec<&JoinPoint> = sel.iter().map(|&(pi, ji)| &progs[pi].jps[ji]).filter(|jp| jp.operand(var).is_none()).collect();
+            // $value exists only after a load; <before> code sees it as null
+            let missing: Vec<&JoinPoint> = sel
+                .iter()
+                .map(|&(pi, ji)| &progs[pi].jps[ji])
+                .filter(|jp| jp.operand(var).is_none() && (var != "$value" || jp.after))
+                .collect();
             if let Some(jp) = missing.first() {
                 let more = if missing.len() > 1 { format!(" and {} more join points", missing.len() - 1) } else { String::new() };
                 let seen: Vec<&str> = jp.operands.iter().map(|(n, _)| n.as_str()).filter(|n| !n.starts_with('$')).collect();

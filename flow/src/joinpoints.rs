@@ -35,6 +35,7 @@ pub const UNPATCHED_SLED: [u8; SLED_SIZE] = [
 ];
 const KIND_ACCESS: u16 = 1;
 const KIND_ENTRY: u16 = 2;
+const KIND_AFTER: u16 = 3;
 const HEADER: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +158,11 @@ pub struct JoinPoint {
     /// 0 when the compiler no longer knew the line.
     pub line: u32,
     pub access: Access,
-    /// "$base" (the struct instance), "$arg0".., then named C variables.
+    /// A sled right after the access (BKF_KIND_AFTER, `-mllvm
+    /// -bunkai-flow-after`), for `<after>` advice; false: before it.
+    pub after: bool,
+    /// "$base" (the struct instance), "$arg0".., then named C variables;
+    /// after a load, "$value" (what it read).
     pub operands: Vec<(String, Location)>,
 }
 
@@ -230,9 +235,10 @@ pub fn parse(data: &[u8], addr: u64) -> std::result::Result<Vec<JoinPoint>, Tabl
                 format!("table version {version}, this bunkai reads version {VERSION} (rebuild the program with this bunkai's `bunkai flow cc`)"),
             );
         }
-        let kind = match kind {
-            KIND_ACCESS => Kind::Access,
-            KIND_ENTRY => Kind::Entry,
+        let (kind, after) = match kind {
+            KIND_ACCESS => (Kind::Access, false),
+            KIND_ENTRY => (Kind::Entry, false),
+            KIND_AFTER => (Kind::Access, true),
             k => return err(at + 8, format!("unknown join-point kind {k}")),
         };
         let len = u32_at(data, at + 12) as usize;
@@ -252,10 +258,11 @@ pub fn parse(data: &[u8], addr: u64) -> std::result::Result<Vec<JoinPoint>, Tabl
             what: "text is not UTF-8".into(),
         })?;
         let sled_addr = addr.wrapping_add(at as u64).wrapping_add(rel as i64 as u64);
-        let jp = parse_text(text, out.len(), sled_addr, kind).map_err(|what| TableError {
+        let mut jp = parse_text(text, out.len(), sled_addr, kind).map_err(|what| TableError {
             offset: text_at,
             what,
         })?;
+        jp.after = after;
         out.push(jp);
         at = text_at + ((len + 3) & !3);
     }
@@ -316,6 +323,7 @@ fn parse_text(
         file: f[3].to_string(),
         line,
         access,
+        after: false,
         operands,
     })
 }

@@ -49,6 +49,7 @@ pub fn to_json(jp: &JoinPoint) -> Value {
         "file": jp.file,
         "line": jp.line,
         "access": jp.access.as_str(),
+        "after": jp.after,
         "operands": ops,
     })
 }
@@ -69,7 +70,7 @@ pub fn table(jps: &[JoinPoint]) -> String {
                 .collect();
             [
                 format!("{:#x}", jp.sled_addr),
-                jp.access.as_str().to_string(),
+                if jp.after { format!("{} after", jp.access.as_str()) } else { jp.access.as_str().to_string() },
                 what,
                 jp.function.clone(),
                 format!("{}:{}", jp.file, jp.line),

@@ -10,7 +10,7 @@
 //! the trampoline skips XSAVE) and loads it through bunkai mod's loader.
 
 use crate::aspect::{Aspect, How, Prim};
-use crate::check::{selects, uses, Program};
+use crate::check::{uses, Program};
 use crate::joinpoints::{Base, JoinPoint, Kind, Location};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
@@ -134,7 +134,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     for &ui in &order {
         let u = &us[ui];
         let prims = u.pointcut.expr.prims();
-        let sel: Vec<&JoinPoint> = prog.jps.iter().filter(|jp| selects(&u.pointcut.expr, jp, &prog.host)).collect();
+        let sel: Vec<&JoinPoint> = prog.jps.iter().filter(|jp| u.selects(jp, &prog.host)).collect();
         for jp in sel {
             let mut c = String::new();
             let _ = writeln!(c, "    /* {} (line {}) at {}:{} {} */", u.what, u.pointcut.pos.line, jp.file, jp.line, jp.function);
@@ -148,6 +148,9 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                         }
                         let loc = operand(jp, "$base", &u.what)?;
                         let _ = writeln!(c, "      void *{v} = {};", pointer_value(loc, v, jp)?);
+                    }
+                    Prim::LocalVar { var, name } if var == "$value" && !jp.after => {
+                        let _ = writeln!(c, "      void *{name} = 0; /* $value: only after a load */");
                     }
                     Prim::LocalVar { var, name } => {
                         let loc = operand(jp, var, &u.what)?;
@@ -165,9 +168,8 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
             let value = |v: &str| -> Result<String> { pointer_value(operand(jp, v, &u.what)?, v, jp) };
             if ui < n_adv {
                 let ad = &a.advices[ui];
-                if ad.after.is_some() {
-                    bail!("advice {} (line {}): <after> needs a sled after the join point, which the pass does not place yet", ui + 1, ad.pos.line);
-                }
+                // the sleds after an access run <after>, the others <before>
+                let body = if jp.after { &ad.after } else { &ad.before };
                 let mut close = 0;
                 for (p, _) in &prims {
                     if let Prim::Xflow { name, var, id } = p {
@@ -180,7 +182,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                 if close > 0 && !top_level_and(&u.pointcut.expr) {
                     bail!("advice {} (line {}): xflow() under OR or NOT is not supported (write it as AND ... AND xflow(...))", ui + 1, ad.pos.line);
                 }
-                let code = ad.before.as_ref().map(|b| b.text.replace("$pc$", "bkf_pc__")).unwrap_or_default();
+                let code = body.as_ref().map(|b| b.text.replace("$pc$", "bkf_pc__")).unwrap_or_default();
                 let _ = writeln!(c, "      {{ {} }}", code.trim());
                 c += &"      }\n".repeat(close);
             } else {

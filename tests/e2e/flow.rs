@@ -311,6 +311,10 @@ fn tables_need_no_dynamic_relocation() {
 type Hit = (String, u64, String, String, HashMap<String, u64>);
 
 fn patched_run(name: &str, dir: &Path) -> (Behaviour, Behaviour, Vec<Hit>) {
+    patched_run_with(name, &[], dir)
+}
+
+fn patched_run_with(name: &str, flags: &[&str], dir: &Path) -> (Behaviour, Behaviour, Vec<Hit>) {
     let lib = dir.join("libsledcheck.so");
     if !lib.exists() {
         clang_build(
@@ -319,9 +323,12 @@ fn patched_run(name: &str, dir: &Path) -> (Behaviour, Behaviour, Vec<Hit>) {
             &lib,
         );
     }
-    let exe = dir.join(name);
-    flow_cc(name, &["-O2"], &exe);
-    let log = dir.join(format!("{name}.log"));
+    let tag = if flags.is_empty() { name.to_string() } else { format!("{name}-{}", flags.len()) };
+    let exe = dir.join(&tag);
+    let mut all = vec!["-O2"];
+    all.extend_from_slice(flags);
+    flow_cc(name, &all, &exe);
+    let log = dir.join(format!("{tag}.log"));
     let plain = run(&exe, &[], &[]);
     let patched = run(&exe, &[], &[("LD_PRELOAD", &lib), ("BKF_CHECK_LOG", &log)]);
     let hits = std::fs::read_to_string(&log)
@@ -913,12 +920,13 @@ fn emit_generates_a_module_that_compiles() {
     assert!(src.find("xflow pktflow start 1").unwrap() < src.find("advice 1 (line").unwrap());
     assert!(src.contains("STORE_DATA3(bkf_pc__, tsc, id)"), "$pc$ becomes the sled's address");
 
-    // what cannot be woven yet is refused with the place
+    // <after> in a program built without sleds after its accesses: the
+    // place and the option that gives them
     let after = d.path().join("after.xml");
     std::fs::write(&after, std::fs::read_to_string(aspect("packets")).unwrap().replace("<before>", "<after>").replace("</before>", "</after>")).unwrap();
     let (_, err) = bunkai_fails(&["flow", "emit", after.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
     one_line(&err);
-    assert!(err.contains("<after> needs a sled after the join point"), "{err}");
+    assert!(err.contains("after.xml:") && err.contains("has none (build it with `bunkai flow cc -mllvm -bunkai-flow-after`)"), "{err}");
     let bad = d.path().join("bad.xml");
     std::fs::write(&bad, std::fs::read_to_string(aspect("packets")).unwrap().replace("xflow(pktflow, p, id)", "xflow(nope, p, id)")).unwrap();
     let (_, err) = bunkai_fails(&["flow", "emit", bad.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
@@ -1219,4 +1227,111 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     assert_eq!(mc_session(port), want, "after the load");
     srv.kill().unwrap();
     srv.wait().unwrap();
+}
+
+/// With sleds after the accesses too, every sled patched: the program
+/// behaves the same, and the sled after a load finds what it read
+/// ($value) where the table says.
+#[test]
+fn after_sleds_find_the_loaded_value_where_the_table_says() {
+    let d = tempfile::tempdir().unwrap();
+    let (plain, patched, hits) = patched_run_with("packets", &["-mllvm", "-bunkai-flow-after"], d.path());
+    assert_eq!(plain, patched, "packets with every sled, before and after, patched");
+    let copy = line_of("packets", "n->len = skb->len;");
+    let values: Vec<u64> = hits
+        .iter()
+        .filter(|(f, line, what, access, _)| f == "pkt_clone" && *line == copy && what == "pkt.len" && access == "load")
+        .filter_map(|h| h.4.get("$value").copied())
+        .collect();
+    // packets.c clones packet i when i % 7 == 0; packet i has 16 + i % 50 bytes
+    let want: Vec<u64> = (0..100u64).filter(|i| i % 7 == 0).map(|i| 16 + i % 50).collect();
+    assert_eq!(values.iter().map(|v| v & 0xffff_ffff).collect::<Vec<_>>(), want, "what pkt_clone's load of skb->len read");
+    // before-only hits have no $value
+    assert!(hits.iter().filter(|h| h.3 == "store").all(|h| !h.4.contains_key("$value")));
+}
+
+/// `<after>` advice: `-mllvm -bunkai-flow-after` puts a second sled right
+/// after each access. Woven into the running packet server, an advice's
+/// `<before>` code runs at the sled before each selected load and its
+/// `<after>` code at the one after it, where `local_var($value, v)` sees
+/// what the load read; the answers do not change. A program built without
+/// those sleds is refused by check with the option to use.
+#[test]
+fn after_advice_runs_after_the_access_and_sees_the_loaded_value() {
+    use std::io::{BufRead, BufReader, Write};
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("pktserver-after");
+    flow_cc("pktserver", &["-O2", "-mllvm", "-bunkai-flow-after"], &exe);
+    let plain = d.path().join("pktserver");
+    flow_cc("pktserver", &["-O2"], &plain);
+
+    // every after sled follows a before sled of the same access
+    let jps = points(&exe);
+    let afters: Vec<&Value> = jps.iter().filter(|j| j["after"] == true).collect();
+    assert!(afters.len() >= 10, "{} after sleds", afters.len());
+    for a in &afters {
+        assert_eq!(a["kind"], "access", "{a}");
+        assert!(
+            jps.iter().any(|b| b["after"] == false
+                && b["struct"] == a["struct"]
+                && b["member"] == a["member"]
+                && b["line"] == a["line"]
+                && b["sled_addr"].as_u64() < a["sled_addr"].as_u64()),
+            "no sled before {a}"
+        );
+    }
+    assert!(points(&plain).iter().all(|j| j["after"] == false));
+
+    let asp = d.path().join("after.xml");
+    std::fs::write(
+        &asp,
+        "<advice>\n  <pointcut>access(pkt.len) AND within_function(checksum) AND local_var($value, v)</pointcut>\n  \
+         <before>STORE_DATA2($pc$, 1);</before>\n  <after>STORE_DATA3($pc$, 2, *(uint64_t *)v);</after>\n</advice>\n",
+    )
+    .unwrap();
+    let (_, err) = bunkai_fails(&["flow", "check", asp.to_str().unwrap(), "--program", plain.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("-bunkai-flow-after"), "{err}");
+
+    let want = {
+        let mut p = Command::new(&plain).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        p.stdin.take().unwrap().write_all(b"go 3\n").unwrap();
+        String::from_utf8(p.wait_with_output().unwrap().stdout).unwrap()
+    };
+    let bufs = d.path().join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    let mut srv = spawn_weavable(&exe, &bufs);
+    let pid = srv.id().to_string();
+    let mut input = srv.stdin.take().unwrap();
+    let mut output = BufReader::new(srv.stdout.take().unwrap());
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    bunkai_ok(&["flow", "weave", "--pid", &pid, asp.to_str().unwrap()]);
+    input.write_all(b"go 3\n").unwrap();
+    line.clear();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(format!("ready\n{line}"), want, "woven, the answer is the same");
+    bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    drop(input);
+    assert!(srv.wait().unwrap().success());
+
+    let dump: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
+    let recs = dump["buffers"][0]["records"].as_array().unwrap();
+    let side = |k: u64| recs.iter().filter(move |r| r["values"][1] == k).collect::<Vec<_>>();
+    let (before, after) = (side(1), side(2));
+    assert!(!before.is_empty() && before.len() == after.len(), "{} before, {} after", before.len(), after.len());
+    // go 3: packets of 16, 17 and 18 bytes, and a clone of the first
+    let mut lens: Vec<u64> = after.iter().map(|r| r["values"][2].as_u64().unwrap() & 0xffff_ffff).collect();
+    lens.sort();
+    lens.dedup();
+    assert_eq!(lens, vec![16, 17, 18], "the lengths the loads read");
+    // each record names its join point: <after> code ran at after sleds only
+    for (recs, at_after) in [(&before, false), (&after, true)] {
+        for r in recs {
+            let jp = &jps[r["jp"].as_u64().unwrap() as usize];
+            assert_eq!(jp["after"], at_after, "{r} ran at {jp}");
+            assert_eq!(jp["function"], "checksum", "{r}");
+        }
+    }
 }
