@@ -67,12 +67,14 @@
  *
  * A record's index in the section is the join point's number (the `jp` of a
  * buffer record). Sample (pass output, tabs shown as \t):
- *     pkt\tlen\tpkt_clone\tpackets.c\t36\tload\t$base=%r14 skb=%r14 n=%rax
- *     -\t-\tqueue_push\tpackets.c\t44\tentry\t$arg0=%rdi $arg1=%rsi q=%rdi p=%rsi
+ *     pkt\tlen\tpkt_clone\tpackets.c\t36\tload\t32\t$base=%r14 skb=%r14 n=%rax
+ *     -\t-\tqueue_push\tpackets.c\t44\tentry\t0\t$arg0=%rdi $arg1=%rsi q=%rdi p=%rsi
  *
  * text is tab-separated: kind-specific fields, then the operands:
- *     access:  "struct\tmember\tfunction\tfile\tline\tload|store|addr\tOPERANDS"
- *     entry:   "-\t-\tfunction\tfile\tline\tentry\tOPERANDS"
+ *     access:  "struct\tmember\tfunction\tfile\tline\tload|store|addr\tBITS\tOPERANDS"
+ *     entry:   "-\t-\tfunction\tfile\tline\tentry\t0\tOPERANDS"
+ * BITS is the member's width in bits (its storage unit for bitfields), so
+ * that check can tell whether an xin field fits in it.
  *     after:   as access (kind BKF_KIND_AFTER): a second sled right after the
  *              accessing instruction, for <after> advice; only with the
  *              pass option -bunkai-flow-after. A load's operands add
@@ -133,7 +135,7 @@
 
 #include <stdint.h>
 
-#define BKF_VERSION 1u
+#define BKF_VERSION 2u /* 2: the member's width in the join-point text (one version for the table and the buffer, whose layout did not change) */
 #define BKF_SECTION "bunkai_flow_jp"
 #define BKF_JP_MAGIC 0x50464b42u /* "BKFP" */
 #define BKF_SLED_SIZE 11

@@ -260,6 +260,7 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
                           File.str(), Loc ? Loc->getLine() : 0, Access}};
         S.GEP = Mb.GEP;
         S.Prefix = Mb.Prefix;
+        S.R.Bits = Names.memberBits(Mb.ST, Mb.Field);
         if (Opts.Locals)
           S.Vars = Vars.at(&I, Loc);
         // <after> advice: the same access's second sled, right after the

@@ -126,7 +126,8 @@ unsigned insertSled(Instruction *InsertPt, const Record &R,
                      asciiEscape(field(R.Member)) + "\\t" +
                      asciiEscape(field(R.Function)) + "\\t" +
                      asciiEscape(field(R.File)) + "\\t" +
-                     std::to_string(R.Line) + "\\t" + R.Access + "\\t" + OpText;
+                     std::to_string(R.Line) + "\\t" + R.Access + "\\t" +
+                     std::to_string(R.Bits) + "\\t" + OpText;
 
   // The sled, one 11-byte nop (2-byte aligned, so the patcher's 2-byte
   // store over its first two bytes is atomic), then the record. `0b` is the sled's address; the

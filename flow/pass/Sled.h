@@ -8,7 +8,7 @@
 // $base, $argN and every named variable are at the sled's first byte
 // without any stack map. Sample record text (tabs shown as \t):
 //
-//   pkt\tlen\tpkt_clone\tpackets.c\t36\tload\t$base=%rbx skb=%rbx n=%rax
+//   pkt\tlen\tpkt_clone\tpackets.c\t36\tload\t32\t$base=%rbx skb=%rbx n=%rax
 //
 // The asm clobbers nothing, flags included: an unpatched sled is one
 // 11-byte nop (plus a 1-byte nop when it needs aligning), and a trampoline
@@ -46,6 +46,7 @@ struct Record {
   std::string File;
   unsigned Line = 0;
   std::string Access;     // load, store, addr or entry
+  uint64_t Bits = 0;      // the member's width (0 for an entry)
 };
 
 struct Operand {

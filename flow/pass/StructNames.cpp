@@ -80,6 +80,12 @@ std::string StructNames::structName(StructType *ST) const {
   return cName(ByName, ST->getName()); // the typedef name
 }
 
+uint64_t StructNames::memberBits(StructType *ST, unsigned Idx) const {
+  if (Idx >= ST->getNumElements())
+    return 0;
+  return DL.getTypeSizeInBits(ST->getElementType(Idx)).getFixedSize();
+}
+
 std::string StructNames::memberName(StructType *ST, unsigned Idx) const {
   const DICompositeType *C = find(ST);
   if (!C || Idx >= ST->getNumElements())

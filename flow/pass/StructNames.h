@@ -33,6 +33,8 @@ public:
   // The C member at field Idx: its name; bitfields sharing one storage unit
   // are "a|b|c"; "" when unknown or unnamed (an anonymous union member).
   std::string memberName(llvm::StructType *ST, unsigned Idx) const;
+  // The member's width in bits (a bitfield's storage unit).
+  uint64_t memberBits(llvm::StructType *ST, unsigned Idx) const;
 
 private:
   const llvm::DICompositeType *find(llvm::StructType *ST) const;

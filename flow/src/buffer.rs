@@ -8,7 +8,8 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 pub const BUF_MAGIC: u32 = 0x4655_4246;
-pub const VERSION: u32 = 1;
+/// BKF_VERSION of bunkai_flow.h (one version for the table and the buffer).
+pub const VERSION: u32 = 2;
 pub const HEADER: usize = 304;
 pub const REC_HEADER: usize = 32;
 pub const REC_DONE: u16 = 1;
@@ -244,9 +245,9 @@ pub mod tests {
         let mut other = good.clone();
         other[0] = 1;
         assert!(parse(&other).unwrap_err().contains("not a bunkai flow buffer"));
-        let mut v2 = good;
-        v2[4] = 2;
-        assert!(parse(&v2).unwrap_err().contains("buffer version 2"));
+        let mut v3 = good;
+        v3[4] = 3;
+        assert!(parse(&v3).unwrap_err().contains("buffer version 3"));
     }
 
     #[test]

@@ -332,6 +332,37 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
         }
         sels.push(sel);
     }
+    // an xin field must fit in the header member it names, as wide as the
+    // join-point table says
+    for x in &a.xflows {
+        for t in &x.transits {
+            let How::Xin { field, .. } = &t.how else { continue };
+            let end = field.offset as u64 + field.size as u64;
+            let narrow = progs.iter().flat_map(|p| p.jps.iter().map(move |jp| (p, jp))).find(|(p, jp)| {
+                !jp.after
+                    && jp.bits > 0
+                    && jp.member.as_deref().is_some_and(|m| m.split('|').any(|x| x == field.name))
+                    && selects(&t.pointcut.expr, jp, &p.host)
+                    && end > jp.bits as u64
+            });
+            if let Some((_, jp)) = narrow {
+                d.push(Diag {
+                    pos: field.pos,
+                    msg: format!(
+                        "field {}: bits {}..{} overflow {}.{}, which is {} bits wide ({}:{})",
+                        field.name,
+                        field.offset,
+                        end - 1,
+                        jp.struct_name.as_deref().unwrap_or("?"),
+                        field.name,
+                        jp.bits,
+                        jp.file,
+                        jp.line
+                    ),
+                });
+            }
+        }
+    }
     d.sort_by_key(|x| (x.pos.line, x.pos.col));
     (d, sels)
 }

@@ -10,8 +10,8 @@
 //! and the text, tab-separated (sample, tabs shown as `|`):
 //!
 //! ```text
-//!   pkt|len|pkt_clone|packets.c|36|load|$base=%rbx skb=%rbx n=%rax
-//!   -|-|queue_push|packets.c|44|entry|$arg0=%rdi $arg1=%rsi q=%rdi p=%rsi
+//!   pkt|len|pkt_clone|packets.c|36|load|32|$base=%rbx skb=%rbx n=%rax
+//!   -|-|queue_push|packets.c|44|entry|0|$arg0=%rdi $arg1=%rsi q=%rdi p=%rsi
 //! ```
 //!
 //! A record's index in the section is the join point's number (the `jp` of
@@ -24,7 +24,7 @@ use std::fmt;
 use std::path::Path;
 
 /// BKF_VERSION, BKF_SECTION, BKF_JP_MAGIC, BKF_SLED_SIZE in bunkai_flow.h.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 pub const SECTION: &str = "bunkai_flow_jp";
 pub const MAGIC: u32 = 0x5046_4b42;
 pub const SLED_SIZE: usize = 11;
@@ -161,6 +161,9 @@ pub struct JoinPoint {
     /// A sled right after the access (BKF_KIND_AFTER, `-mllvm
     /// -bunkai-flow-after`), for `<after>` advice; false: before it.
     pub after: bool,
+    /// The member's width in bits (a bitfield's storage unit); 0 for an
+    /// entry.
+    pub bits: u32,
     /// "$base" (the struct instance), "$arg0".., then named C variables;
     /// after a load, "$value" (what it read).
     pub operands: Vec<(String, Location)>,
@@ -276,9 +279,9 @@ fn parse_text(
     kind: Kind,
 ) -> std::result::Result<JoinPoint, String> {
     let f: Vec<&str> = text.split('\t').collect();
-    if f.len() != 7 {
+    if f.len() != 8 {
         return Err(format!(
-            "{} tab-separated fields, expected 7: {text:?}",
+            "{} tab-separated fields, expected 8: {text:?}",
             f.len()
         ));
     }
@@ -300,8 +303,11 @@ fn parse_text(
     if kind == Kind::Access && (struct_name.is_none() || member.is_none()) {
         return Err("an access without struct or member".into());
     }
+    let bits = f[6]
+        .parse::<u32>()
+        .map_err(|_| format!("member width {:?} is not a number", f[6]))?;
     let mut operands = Vec::new();
-    for op in f[6].split(' ').filter(|s| !s.is_empty()) {
+    for op in f[7].split(' ').filter(|s| !s.is_empty()) {
         let (n, l) = op
             .split_once('=')
             .ok_or_else(|| format!("operand {op:?} is not name=location"))?;
@@ -324,6 +330,7 @@ fn parse_text(
         line,
         access,
         after: false,
+        bits,
         operands,
     })
 }

@@ -18,8 +18,8 @@ fn rec(rel: i32, kind: u16, version: u16, text: &str) -> Vec<u8> {
 }
 
 const ACCESS: &str =
-    "pkt\tlen\tpkt_clone\tpackets.c\t36\tload\t$base=%rbx skb=%rbx n=16(%rsp) k=$-7 f=%xmm1";
-const ENTRY: &str = "-\t-\tmain\tpackets.c\t66\tentry\t";
+    "pkt\tlen\tpkt_clone\tpackets.c\t36\tload\t32\t$base=%rbx skb=%rbx n=16(%rsp) k=$-7 f=%xmm1";
+const ENTRY: &str = "-\t-\tmain\tpackets.c\t66\tentry\t0\t";
 
 #[test]
 fn two_records() {
@@ -38,6 +38,7 @@ fn two_records() {
         ("pkt_clone", "packets.c", 36)
     );
     assert_eq!(a.access, Access::Load);
+    assert_eq!(a.bits, 32);
     assert_eq!(
         a.operands,
         vec![
@@ -140,12 +141,13 @@ fn damaged_tables_name_the_offset() {
 
     // Text that is not a join point.
     for (text, why) in [
-        ("pkt\tlen\tf\tx.c\t1\tload", "fields"),
-        ("pkt\tlen\tf\tx.c\tL\tload\t", "not a number"),
-        ("pkt\tlen\tf\tx.c\t1\tpeek\t", "unknown access"),
-        ("pkt\tlen\tf\tx.c\t1\tload\t$base", "name=location"),
-        ("pkt\tlen\tf\tx.c\t1\tload\t$base=8(%rax)", "location"),
-        ("-\t-\tf\tx.c\t1\tload\t", "without struct"),
+        ("pkt\tlen\tf\tx.c\t1\tload\t32", "fields"),
+        ("pkt\tlen\tf\tx.c\tL\tload\t32\t", "not a number"),
+        ("pkt\tlen\tf\tx.c\t1\tload\twide\t", "member width"),
+        ("pkt\tlen\tf\tx.c\t1\tpeek\t32\t", "unknown access"),
+        ("pkt\tlen\tf\tx.c\t1\tload\t32\t$base", "name=location"),
+        ("pkt\tlen\tf\tx.c\t1\tload\t32\t$base=8(%rax)", "location"),
+        ("-\t-\tf\tx.c\t1\tload\t0\t", "without struct"),
     ] {
         let e = error_of(&rec(0, 1, VERSION, text));
         assert_eq!(e.offset, 16, "{text}");

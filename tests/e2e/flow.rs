@@ -37,7 +37,7 @@ fn flow_cc(name: &str, flags: &[&str], out: &Path) {
 fn points(file: &Path) -> Vec<Value> {
     let o = bunkai_ok(&["flow", "points", "--json", file.to_str().unwrap()]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["version"], 1);
+    assert_eq!(v["version"], 2);
     let jps = v["joinpoints"].as_array().unwrap().clone();
     assert_eq!(v["count"].as_u64().unwrap() as usize, jps.len());
     jps
@@ -1108,9 +1108,20 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A server the test started, killed when the test ends, also by a failed
+/// assertion (it would otherwise outlive the test, holding its stderr).
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts memcached on 127.0.0.1:port (one worker thread) and waits, with
 /// a deadline, until it accepts connections.
-fn start_memcached(exe: &Path, port: u16, weavable_bufs: Option<&Path>) -> std::process::Child {
+fn start_memcached(exe: &Path, port: u16, weavable_bufs: Option<&Path>) -> Server {
     let mut cmd = Command::new(exe);
     cmd.args(["-U", "0", "-l", "127.0.0.1", "-p", &port.to_string(), "-t", "1", "-m", "64", "-u", "root"]);
     if let Some(bufs) = weavable_bufs {
@@ -1120,10 +1131,10 @@ fn start_memcached(exe: &Path, port: u16, weavable_bufs: Option<&Path>) -> std::
             .env("BUNKAI_FLOW_DIR", bufs)
             .env("BUNKAI_FLOW_IDS", bufs.join("ids"));
     }
-    let mut child = cmd.stdout(std::process::Stdio::null()).spawn().unwrap();
+    let mut child = Server(cmd.stdout(std::process::Stdio::null()).spawn().unwrap());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(child.try_wait().unwrap().is_none(), "{} exited before it listened", exe.display());
+        assert!(child.0.try_wait().unwrap().is_none(), "{} exited before it listened", exe.display());
         assert!(std::time::Instant::now() < deadline, "{} does not listen on {port}", exe.display());
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -1182,18 +1193,17 @@ fn memcaslap(port: u16, ops: u32) -> String {
 fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     let d = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut plain = start_memcached(&memcached("plain"), port, None);
+    let plain = start_memcached(&memcached("plain"), port, None);
     let want = mc_session(port);
-    plain.kill().unwrap();
-    plain.wait().unwrap();
+    drop(plain);
     assert_eq!(want[1], "VALUE greeting 0 5\r\nhello\r\nEND\r\n");
     assert_eq!(want[6], "VALUE greeting 0 11\r\nhello world\r\nVALUE n 0 2\r\n42\r\nEND\r\n");
 
     let bufs = d.path().join("bufs");
     std::fs::create_dir(&bufs).unwrap();
     let port = free_port();
-    let mut srv = start_memcached(&memcached("flow"), port, Some(&bufs));
-    let pid = srv.id().to_string();
+    let srv = start_memcached(&memcached("flow"), port, Some(&bufs));
+    let pid = srv.0.id().to_string();
     assert_eq!(mc_session(port), want, "flow cc build, nothing woven");
     let asp = aspect("memcached");
     let o = bunkai_ok(&["flow", "weave", "--pid", &pid, asp.to_str().unwrap()]);
@@ -1225,8 +1235,7 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     let out = load.join().unwrap();
     assert!(out.contains("Ops: 400000 "), "memcaslap did not get every answer: {out}");
     assert_eq!(mc_session(port), want, "after the load");
-    srv.kill().unwrap();
-    srv.wait().unwrap();
+    drop(srv);
 }
 
 /// With sleds after the accesses too, every sled patched: the program
@@ -1334,4 +1343,27 @@ fn after_advice_runs_after_the_access_and_sees_the_loaded_value() {
             assert_eq!(jp["function"], "checksum", "{r}");
         }
     }
+}
+
+/// The xin field must fit in the header member it names: the join-point
+/// table records each member's width, so check refuses bits 4..16 of the
+/// split driver's 16-bit `flags` with the line of the `<field>`, and takes
+/// the paper's bits 4..15.
+#[test]
+fn check_refuses_an_xin_field_wider_than_its_member() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("splitdrv");
+    let inc = format!("-I{}", program("flow").display());
+    flow_cc("splitdrv", &["-O2", &inc], &exe);
+    let good = aspect("splitdrv");
+    bunkai_ok(&["flow", "check", good.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&good).unwrap();
+    assert!(text.contains(r#"<field name="flags" offset="4" size="12" />"#));
+    let wide = d.path().join("wide.xml");
+    std::fs::write(&wide, text.replace(r#"offset="4" size="12""#, r#"offset="4" size="13""#)).unwrap();
+    let (_, err) = bunkai_fails(&["flow", "check", wide.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
+    one_line(&err);
+    let line = text.lines().position(|l| l.contains("<field name=\"flags\"")).unwrap() + 1;
+    assert!(err.contains(&format!("wide.xml:{line}:")), "{err}");
+    assert!(err.contains("field flags: bits 4..16 overflow netif_tx_request.flags, which is 16 bits wide"), "{err}");
 }

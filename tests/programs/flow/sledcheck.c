@@ -146,23 +146,23 @@ void bkf_check_handler(struct frame *f) {
     if (jps[i].sled == sled) { j = &jps[i]; break; }
   if (!j)
     die("a call from an unknown sled");
-  /* struct \t member \t function \t file \t line \t access \t operands */
-  char fields[7][1024];
+  /* struct \t member \t function \t file \t line \t access \t bits \t operands */
+  char fields[8][1024];
   const char *p = j->text;
-  for (int k = 0; k < 7; k++) {
-    const char *e = k < 6 ? strchr(p, '\t') : p + strlen(p);
+  for (int k = 0; k < 8; k++) {
+    const char *e = k < 7 ? strchr(p, '\t') : p + strlen(p);
     if (!e) die("bad record text");
     size_t n = (size_t)(e - p) < 1023 ? (size_t)(e - p) : 1023;
     memcpy(fields[k], p, n);
     fields[k][n] = 0;
-    p = k < 6 ? e + 1 : e;
+    p = k < 7 ? e + 1 : e;
   }
   char line[4096];
   int len = snprintf(line, sizeof line, "%u %s %s %s%s%s %s", j->index, fields[2], fields[4],
                      fields[0][0] == '-' ? "entry" : fields[0], fields[0][0] == '-' ? "" : ".",
                      fields[0][0] == '-' ? "" : fields[1], fields[5]);
   char ops[1024];
-  strcpy(ops, fields[6]);
+  strcpy(ops, fields[7]);
   for (char *save, *op = strtok_r(ops, " ", &save); op; op = strtok_r(NULL, " ", &save)) {
     char *eq = strchr(op, '=');
     uint64_t v;
