@@ -620,6 +620,18 @@ fn spawn_weavable(exe: &Path, bufs: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// spawn_weavable, with its pid as text and its stdin and stdout apart.
+fn weavable_session(
+    exe: &Path,
+    bufs: &Path,
+) -> (std::process::Child, String, std::process::ChildStdin, std::io::BufReader<std::process::ChildStdout>) {
+    let mut srv = spawn_weavable(exe, bufs);
+    let pid = srv.id().to_string();
+    let input = srv.stdin.take().unwrap();
+    let output = std::io::BufReader::new(srv.stdout.take().unwrap());
+    (srv, pid, input, output)
+}
+
 fn aspect(name: &str) -> PathBuf {
     program(&format!("flow/aspects/{name}.xml"))
 }
@@ -941,7 +953,7 @@ fn emit_generates_a_module_that_compiles() {
 /// times while it is busy with a long request loses nothing.
 #[test]
 fn weave_and_unweave_a_running_server() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, Write};
     let d = tempfile::tempdir().unwrap();
     let exe = d.path().join("pktserver");
     flow_cc("pktserver", &["-O2"], &exe);
@@ -955,10 +967,7 @@ fn weave_and_unweave_a_running_server() {
     let want: Vec<String> = String::from_utf8(plain.wait_with_output().unwrap().stdout).unwrap().lines().skip(1).map(String::from).collect();
     assert_eq!(want.len(), 3);
 
-    let mut srv = spawn_weavable(&exe, &bufs);
-    let pid = srv.id().to_string();
-    let mut input = srv.stdin.take().unwrap();
-    let mut output = BufReader::new(srv.stdout.take().unwrap());
+    let (mut srv, pid, mut input, mut output) = weavable_session(&exe, &bufs);
     let mut line = String::new();
     let mut next = |line: &mut String| {
         line.clear();
@@ -1012,17 +1021,14 @@ fn weave_and_unweave_a_running_server() {
 /// front_send to back_recv, and the program's answers do not change.
 #[test]
 fn flow_ids_cross_a_ring_in_a_header_field() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, Write};
     let d = tempfile::tempdir().unwrap();
     let exe = d.path().join("ring");
     let progs = root().join("tests/programs/flow");
     flow_cc("ring", &["-O2", &format!("-I{}", progs.display())], &exe);
     let bufs = d.path().join("bufs");
     std::fs::create_dir(&bufs).unwrap();
-    let mut srv = spawn_weavable(&exe, &bufs);
-    let pid = srv.id().to_string();
-    let mut input = srv.stdin.take().unwrap();
-    let mut output = BufReader::new(srv.stdout.take().unwrap());
+    let (mut srv, pid, mut input, mut output) = weavable_session(&exe, &bufs);
     let mut ask = |cmd: &str| -> String {
         let mut l = String::new();
         if !cmd.is_empty() {
@@ -1267,7 +1273,7 @@ fn after_sleds_find_the_loaded_value_where_the_table_says() {
 /// those sleds is refused by check with the option to use.
 #[test]
 fn after_advice_runs_after_the_access_and_sees_the_loaded_value() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, Write};
     let d = tempfile::tempdir().unwrap();
     let exe = d.path().join("pktserver-after");
     flow_cc("pktserver", &["-O2", "-mllvm", "-bunkai-flow-after"], &exe);
@@ -1309,10 +1315,7 @@ fn after_advice_runs_after_the_access_and_sees_the_loaded_value() {
     };
     let bufs = d.path().join("bufs");
     std::fs::create_dir(&bufs).unwrap();
-    let mut srv = spawn_weavable(&exe, &bufs);
-    let pid = srv.id().to_string();
-    let mut input = srv.stdin.take().unwrap();
-    let mut output = BufReader::new(srv.stdout.take().unwrap());
+    let (mut srv, pid, mut input, mut output) = weavable_session(&exe, &bufs);
     let mut line = String::new();
     output.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
