@@ -27,6 +27,8 @@ loopback is used; every server started is stopped, also when interrupted.
 """
 import argparse, json, os, re, signal, socket, statistics, subprocess, sys, tempfile, time
 
+from common import sh, write_result
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 LIB = os.path.join(ROOT, "build/lib/bunkai")
@@ -37,10 +39,6 @@ PRELOAD = f"{LIB}/libbunkai-host.so {LIB}/libbunkai-flow.so"
 
 def log(msg):
     print(f"flow-memcached: {msg}", file=sys.stderr, flush=True)
-
-
-def sh(*argv, **kw):
-    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw).stdout
 
 
 def wait_port(port, proc, deadline=20.0):
@@ -343,12 +341,7 @@ def main():
              f"{0.02 * 1e9 / b3 / hits:.1f} ns per pass.")
     L.append(f"- Target: throughput loss of flow-filtered logging <= 2%: {100 * loss:.1f}%: "
              f"**{'PASS' if loss <= 0.02 else 'MISS'}** (with the full-state trampoline: {100 * (1 - full['tps'] / b3):.1f}%)")
-    text = "\n".join(L) + "\n"
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, a.out)
-    print(text)
+    print(write_result(a.out, L))
     ok = len(flows) == len(replies) and all(f["steps"][-1]["function"] == "resp_finish" for f in flows)
     if not ok:
         log("not every request became one flow ending at resp_finish")

@@ -13,6 +13,8 @@ sled. Writes bench/results/flow-patch.md.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
+from common import write_result
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 LIB = os.path.join(ROOT, "build/lib/bunkai")
@@ -107,11 +109,7 @@ def main():
     L.append("\n## Target\n")
     L.append(f"- patching 1,000 join points: {k['weave_med_us'] / 1e3:.2f} ms median (target <= 10 ms): "
              f"**{'PASS' if ok else 'MISS'}**")
-    text = "\n".join(L) + "\n"
-    tmp = a.out + ".tmp"
-    open(tmp, "w").write(text)
-    os.replace(tmp, a.out)
-    print(text)
+    print(write_result(a.out, L))
     return 0 if ok else 1
 
 if __name__ == "__main__":

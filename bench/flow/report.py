@@ -8,6 +8,8 @@ import os
 import platform
 import subprocess
 
+from common import write_result
+
 # seed 003, Table 1 (ns, mean ± sd), AMD Athlon 64 3500+ 2.2 GHz, Xen 3.0.4.
 PAPER = {
     "get_new_flowid": "3 ± 0.0",
@@ -208,9 +210,7 @@ def main():
     dep = worst("get_flowid(2M) dependent")
     L.append(f"info  get at 2M entries, one call's latency: {dep:.1f} ns (no target)")
     L.append("```")
-    with open(a.out + ".tmp", "w") as f:
-        f.write("\n".join(L) + "\n")
-    os.replace(a.out + ".tmp", a.out)
+    write_result(a.out, L)
 
 
 if __name__ == "__main__":

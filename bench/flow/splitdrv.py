@@ -18,6 +18,8 @@ interrupted. Writes bench/results/flow-splitdrv.md by default.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time, types
 
+from common import sh, write_result
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 LIB = os.path.join(ROOT, "build/lib/bunkai")
@@ -34,10 +36,6 @@ PAPER = [(0, "domU", "net/core/skbuff.c", 177, "alloc_skb"),
 
 def log(msg):
     print(f"flow-splitdrv: {msg}", file=sys.stderr, flush=True)
-
-
-def sh(*argv, **kw):
-    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw).stdout
 
 
 class Lab:
@@ -146,12 +144,7 @@ def table3(lab, packets, bg, rounds, out):
     L.append("## Targets\n")
     L.append(f"- flow-filtered logging memory <= 10% of unfiltered: {100 * ratio:.1f}%: **{'PASS' if ratio <= 0.10 else 'MISS'}**")
     L.append(f"- throughput loss of flow-filtered logging <= 2%: {100 * loss:.1f}%: **{'PASS' if loss <= 0.02 else 'MISS'}**")
-    text = "\n".join(L) + "\n"
-    tmp_out = out + ".tmp"
-    with open(tmp_out, "w") as f:
-        f.write(text)
-    os.replace(tmp_out, out)
-    print(text)
+    print(write_result(out, L))
     return 0
 
 
@@ -244,12 +237,7 @@ def main():
         L.append(f"| {fn} | {'-' if m is None else f'{m:.1f}'} | {k:,} |")
     L.append("\nThe ring crossing (make_txreq to net_tx_action) includes the time the back end's poll loop takes to "
              "come round, which dominates here as domain switching did in the paper.")
-    text = "\n".join(L) + "\n"
-    tmp_out = a.out + ".tmp"
-    with open(tmp_out, "w") as f:
-        f.write(text)
-    os.replace(tmp_out, a.out)
-    print(text)
+    print(write_result(a.out, L))
     ok = len(crossing) == a.packets
     if not ok:
         log(f"only {len(crossing)} of {a.packets} flows crossed the ring")

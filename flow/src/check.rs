@@ -272,7 +272,8 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
     let mut d = Vec::new();
     let hosts: Vec<&str> = progs.iter().filter_map(|p| p.host.as_deref()).collect();
     let mut sels = Vec::new();
-    for u in uses(a) {
+    let us = uses(a);
+    for u in &us {
         for (p, pos) in u.pointcut.expr.prims() {
             let h = match p {
                 Prim::WithinFunction { host: Some(h), .. } | Prim::WithinFile { host: Some(h), .. } => h,
@@ -333,19 +334,16 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
         sels.push(sel);
     }
     // an xin field must fit in the header member it names, as wide as the
-    // join-point table says
+    // join-point table says, at the join points its transit selected
     for x in &a.xflows {
         for t in &x.transits {
             let How::Xin { field, .. } = &t.how else { continue };
+            let Some(ui) = us.iter().position(|u| std::ptr::eq(u.pointcut, &t.pointcut)) else { continue };
             let end = field.offset as u64 + field.size as u64;
-            let narrow = progs.iter().flat_map(|p| p.jps.iter().map(move |jp| (p, jp))).find(|(p, jp)| {
-                !jp.after
-                    && jp.bits > 0
-                    && jp.member.as_deref().is_some_and(|m| m.split('|').any(|x| x == field.name))
-                    && selects(&t.pointcut.expr, jp, &p.host)
-                    && end > jp.bits as u64
+            let narrow = sels[ui].iter().map(|&(pi, ji)| &progs[pi].jps[ji]).find(|jp| {
+                jp.bits > 0 && jp.member.as_deref().is_some_and(|m| m.split('|').any(|x| x == field.name)) && end > jp.bits as u64
             });
-            if let Some((_, jp)) = narrow {
+            if let Some(jp) = narrow {
                 d.push(Diag {
                     pos: field.pos,
                     msg: format!(

@@ -524,7 +524,7 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
         cc.arg(&c).arg("-o").arg(&o).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e}"))
     };
     // First try a vector-free module: the trampoline then skips XSAVE/XRSTOR.
-    let mut why_full = if a.full_state {
+    let why_full = if a.full_state {
         Some("--full-state".to_string())
     } else if g.needs_xsave {
         Some("the advice reads a variable kept in an %xmm register".to_string())
@@ -550,7 +550,7 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
             Some(why) => eprintln!("bunkai flow: full-state trampoline (XSAVE/XRSTOR): {why}"),
         }
     }
-    let trampoline = if why_full.take().is_some() { "full-state" } else { "vector-free" };
+    let trampoline = if why_full.is_some() { "full-state" } else { "vector-free" };
     let mut host = bunkai_mod::proto::Host::connect(&sock)?;
     let r = bunkai_mod::server::load(&mut host, &bunkai_mod::server::LoadOptions { file: &o, dirs: vec![], replace: None, copy: false })?;
     println!(
