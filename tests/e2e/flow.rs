@@ -1319,17 +1319,33 @@ fn after_advice_runs_after_the_access_and_sees_the_loaded_value() {
     let mut line = String::new();
     output.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    bunkai_ok(&["flow", "weave", "--pid", &pid, asp.to_str().unwrap()]);
-    input.write_all(b"go 3\n").unwrap();
-    line.clear();
-    output.read_line(&mut line).unwrap();
-    assert_eq!(format!("ready\n{line}"), want, "woven, the answer is the same");
-    bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    // woven twice: vector-free (the default for this advice), then with
+    // --full-state; -v says which trampoline and why
+    for (opts, said, why) in [
+        (vec!["-v"], "vector-free trampoline", "the advice is vector-free"),
+        (vec!["-v", "--full-state"], "full-state trampoline", "full-state trampoline (XSAVE/XRSTOR): --full-state"),
+    ] {
+        let mut args = vec!["flow", "weave"];
+        args.extend(&opts);
+        args.extend(["--pid", &pid, asp.to_str().unwrap()]);
+        let o = bunkai_ok(&args);
+        assert!(String::from_utf8_lossy(&o.stdout).contains(said), "{o:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(why), "{o:?}");
+        input.write_all(b"go 3\n").unwrap();
+        line.clear();
+        output.read_line(&mut line).unwrap();
+        assert_eq!(format!("ready\n{line}"), want, "woven ({said}), the answer is the same");
+        bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    }
     drop(input);
     assert!(srv.wait().unwrap().success());
 
+    // --summary: the counts without the records
+    let summary: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json", "--summary"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
+    assert!(summary["buffers"][0].get("records").is_none(), "{summary}");
     let dump: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
     let recs = dump["buffers"][0]["records"].as_array().unwrap();
+    assert_eq!(summary["buffers"][0]["record_count"].as_u64().unwrap() as usize, recs.len());
     let side = |k: u64| recs.iter().filter(move |r| r["values"][1] == k).collect::<Vec<_>>();
     let (before, after) = (side(1), side(2));
     assert!(!before.is_empty() && before.len() == after.len(), "{} before, {} after", before.len(), after.len());
