@@ -24,7 +24,14 @@
  * no atomics, no lock, backward-shift deletion; in huge pages like ours)
  * compiled into this program;
  * "locked", a chained hash with a malloc'd node per entry behind a pthread
- * mutex (what std::unordered_map + std::mutex would be). */
+ * mutex (what std::unordered_map + std::mutex would be).
+ *
+ * Woven sleds (bunkai_flow.h §4): a call of a function that is one sled and
+ * a ret, with a key in %rdi, unpatched (the baseline), then woven with a
+ * handler that does what xflow()-filtered advice does first,
+ * get_flowid(table, key), under each trampoline: full state (XSAVE),
+ * vector-free, and vector-free behind a guard on %rdi (the key not in the
+ * flow: the guard returns; in the flow: the handler runs). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -41,6 +48,19 @@
 #include "bunkai_flow.h"
 
 uint64_t __bunkai_flow_table_stat(struct bkf_table *t, int what); /* 2: capacity, 3: rebuilds, 4: bytes of arrays */
+int __bunkai_flow_guarded(uint64_t sled);
+
+/* msled(key): one sled, key in %rdi. */
+void msled(uint64_t key);
+extern char msled_sled[];
+__asm__(".text\n.p2align 4\n.globl msled\n.type msled,@function\nmsled:\nmsled_sled:\n"
+        "  .byte 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0\n  ret\n.size msled, .-msled\n");
+static struct bkf_table *sled_table;
+static uint64_t sled_hits;
+static void sled_handler(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
+  (void)xsave, (void)jp, (void)arg;
+  if (get_flowid(sled_table, (void *)f->rdi)) sled_hits++;
+}
 
 #define BATCH 2000
 #define BIG (2u << 20) /* entries of the large table: 2M */
@@ -321,7 +341,31 @@ int main(int argc, char **argv) {
   for (uint64_t i = 0; i < BIG; i++) locked_register(bk[i], i + 1);
   SINGLE("locked get(2M)", probe, sink += locked_get(ks[i]));
 
-  printf("#\tsink\t%llu\n", (unsigned long long)(sink + dep));
+  /* Woven sleds. */
+  sled_table = bkf_table("bench.sled");
+  const uint64_t followed = 0x7e0000001000ull, other = 0x7e0000002040ull;
+  register_flowid(sled_table, (void *)followed, get_new_flowid());
+  uint64_t sl = (uint64_t)(uintptr_t)msled_sled;
+  uint32_t jp0 = 0;
+  SINGLE("sled unpatched", keys, msled(other));
+  if (bkf_weave_ex(1, &sl, &jp0, sled_handler, 0, 0) == 0) {
+    SINGLE("sled full state, not followed", keys, msled(other));
+    bkf_unweave(1, &sl);
+  }
+  if (bkf_weave_ex(1, &sl, &jp0, sled_handler, 0, BKF_WEAVE_NO_VECTOR) == 0) {
+    SINGLE("sled vector-free, not followed", keys, msled(other));
+    SINGLE("sled vector-free, followed", keys, msled(followed));
+    bkf_unweave(1, &sl);
+  }
+  struct bkf_guard g = {.n = 1, .reg = {7}, .table = {sled_table}};
+  if (bkf_weave_guarded(1, &sl, &jp0, sled_handler, 0, BKF_WEAVE_NO_VECTOR, &g) == 0) {
+    printf("#\tguarded\t%d\n", __bunkai_flow_guarded(sl));
+    SINGLE("sled guarded, not followed", keys, msled(other));
+    SINGLE("sled guarded, followed", keys, msled(followed));
+    bkf_unweave(1, &sl);
+  }
+
+  printf("#\tsink\t%llu\n", (unsigned long long)(sink + dep + sled_hits));
   printf("#\tbytes(2M)\t%llu\n", (unsigned long long)__bunkai_flow_table_stat(big, 4));
   printf("#\tcapacity(2M)\t%llu\n", (unsigned long long)__bunkai_flow_table_stat(big, 2));
   return 0;

@@ -274,8 +274,9 @@ struct bkf_table {
   /* Read by every get and every bkf_table lookup. */
   struct arr *cur;
   struct bkf_table *next; /* registry list, immutable once published */
+  uint8_t *filter;        /* FILTER_SIZE counters of live keys by filter_of(key) (guards, §4); 0: none */
   uint32_t namehash;
-  char pad0[44];
+  char pad0[36];
   /* Writers only (under lock). */
   int lock;
   uint32_t pad1;
@@ -537,6 +538,21 @@ API bkf_id get_new_flowid(void) {
 
 static inline uint64_t hash_of(uint64_t k) { return k * GOLDEN; }
 
+/* The filter a weave guard reads (bunkai_flow.h §4): one byte per 16-bit
+ * hash, the number of live keys with that hash, saturating at 255 (then it
+ * stays: a false positive forever, never a false negative). Writers keep
+ * it under the table lock, counting a key up before it is published and
+ * down after its value is cleared. A guard stub computes the same index
+ * with MULX and RORX: the top 16 bits of key * GOLDEN. */
+#define FILTER_SIZE 65536
+static inline uint64_t filter_of(uint64_t k) { return hash_of(k) >> 48; }
+static inline void filter_count(struct bkf_table *t, uint64_t k, int up) {
+  if (!t->filter) return;
+  uint8_t *c = &t->filter[filter_of(k)];
+  uint8_t v = *c;
+  if (v != 255) ST_REL(c, (uint8_t)(up ? v + 1 : v - 1));
+}
+
 API bkf_id get_flowid(struct bkf_table *t, const void *key) {
   uint64_t k = (uint64_t)(uintptr_t)key;
   if (unlikely(!t || !k)) return 0;
@@ -641,8 +657,11 @@ API void register_flowid(struct bkf_table *t, const void *key, bkf_id id) {
   for (;;) {
     uint64_t kk = a->s[i].key;
     if (kk == k) {
-      if (!a->s[i].val) ST(&t->live, t->live + 1); /* ST: bkf_table_size reads it without the lock */
-      ST(&a->s[i].val, id);
+      if (!a->s[i].val) {
+        filter_count(t, k, 1);
+        ST(&t->live, t->live + 1); /* ST: bkf_table_size reads it without the lock */
+      }
+      ST_REL(&a->s[i].val, id); /* after the filter's count */
       break;
     }
     /* The fill limit comes from the array itself, and a probe through the
@@ -657,6 +676,7 @@ API void register_flowid(struct bkf_table *t, const void *key, bkf_id id) {
         probes = 0;
         continue;
       }
+      filter_count(t, k, 1);
       ST(&a->s[i].val, id);
       ST_REL(&a->s[i].key, k);
       t->used++;
@@ -684,6 +704,7 @@ static void remove_key(struct bkf_table *t, uint64_t k) {
     if (kk == k) {
       if (a->s[i].val) {
         ST(&a->s[i].val, 0);
+        filter_count(t, k, 0); /* a release store: after the value's */
         ST(&t->live, t->live - 1);
         if (unlikely(m >= 65535 && t->live * 64 < m)) rebuild(t, t->live); /* give memory back */
       }
@@ -712,6 +733,7 @@ API struct bkf_table *bkf_table(const char *name) {
     uint64_t sz = (sizeof(struct bkf_table) + len + 1 + PAGE - 1) & ~(PAGE - 1);
     if ((t = map_anon(sz, MAP_PRIVATE))) {
       t->cur = &empty_arr;
+      t->filter = map_anon(FILTER_SIZE, MAP_PRIVATE); /* 0 if that fails: no guards on this table */
       t->namehash = h;
       scopy(t->name, len + 1, name);
       t->next = G.tables;
@@ -866,12 +888,17 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
 /* ------------------------------------------------------------------ */
 /* Weaving: stubs, the common trampoline, patching (bunkai_flow.h §4)  */
 /*
- * Every sled that is ever woven gets a slot and a 10-byte stub, `push
- * $slot; jmp thunk`, in a page of ours within rel32 reach of the sled; the
- * page starts with `jmp *abs64` to __bunkai_flow_tramp. Slots, stubs and
+ * Every sled that is ever woven gets a slot and a 24-byte stub, `push
+ * $slot; jmp *target(%rip)` and the 8-byte target, in a page of ours within
+ * rel32 reach of the sled. The target is __bunkai_flow_tramp, or the
+ * slot's guard (bkf_weave_guarded): code made for the slot that tests the
+ * guard registers against their tables' filters and returns straight to
+ * the sled when no key can be in a table, before anything is saved; it
+ * jumps to the trampoline otherwise. A weave stores the target (one aligned
+ * 8-byte store) before it patches the sled. Slots, stubs, guards and
  * pages are never given back: a thread may sit between a sled's `66 90` and
  * its call when the sled is unwoven, and the call must still land
- * somewhere harmless. The trampoline saves the general registers, the flags
+ * somewhere harmless (the trampoline finds no handler). The trampoline saves the general registers, the flags
  * and (XSAVE, every component the OS enabled) the vector state, then calls
  * the slot's handler if one is set. Handlers are published and cleared with
  * seq_cst stores. bkf_unweave returns only when no thread can still be
@@ -891,8 +918,9 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
  * the steps when the kernel has it. One weave or unweave at a time. */
 
 #define WEAVE_SLOTS 65536
-#define STUB_SIZE 10
-#define THUNK_SIZE 14
+#define STUB_SIZE 24
+#define STUB_TARGET 16           /* offset of the target in a stub */
+#define GUARD_MAX_BYTES 256      /* one guard's code, at most */
 
 struct wslot {
   uint64_t sled;                 /* 0: free */
@@ -900,6 +928,8 @@ struct wslot {
   bkf_handler h;                 /* seq_cst */
   void *arg;
   uint32_t jp;
+  uint64_t guard;                /* the last guard made for this slot (0: none) */
+  struct bkf_guard gspec;        /* what it tests */
 };
 
 struct wpage {
@@ -924,6 +954,8 @@ static struct {
   uint32_t nslots;
   struct wpage pages[256];
   uint32_t npages;
+  struct wpage gpage;            /* where the next guard goes */
+  int bmi2;                      /* MULX and RORX: guards possible */
   uint64_t inflight;
 } W;
 
@@ -1083,6 +1115,11 @@ static COLD int weave_setup(void) {
   __bunkai_flow_modes = (uint8_t *)(W.index + 2 * WEAVE_SLOTS);
   W.membarrier = sc3(SYS_membarrier, MEMBARRIER_REGISTER_SYNC_CORE, 0, 0) == 0;
   W.fast = sc3(SYS_membarrier, MEMBARRIER_REGISTER_EXPEDITED, 0, 0) == 0;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+  if (a >= 7) {
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    W.bmi2 = (b >> 8) & 1;
+  }
   W.ready = 1;
   return 1;
 }
@@ -1127,21 +1164,18 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
       }
     }
     if (!base) return 0;
-    uint8_t *t = (uint8_t *)base; /* jmp *0(%rip); .quad __bunkai_flow_tramp */
-    extern char __bunkai_flow_tramp[];
-    uint64_t target = (uint64_t)(uintptr_t)__bunkai_flow_tramp;
-    t[0] = 0xff, t[1] = 0x25, t[2] = t[3] = t[4] = t[5] = 0;
-    for (int k = 0; k < 8; k++) t[6 + k] = (uint8_t)(target >> (8 * k));
     pg = &W.pages[W.npages++];
-    pg->base = base, pg->used = THUNK_SIZE;
+    pg->base = base, pg->used = 0;
   }
   uint32_t n = W.nslots;
   uint8_t *st = (uint8_t *)(pg->base + pg->used);
-  int32_t rel = (int32_t)(int64_t)(pg->base - (uint64_t)(uintptr_t)(st + STUB_SIZE));
   st[0] = 0x68; /* push $slot (sign-extended imm32) */
   for (int k = 0; k < 4; k++) st[1 + k] = (uint8_t)(n >> (8 * k));
-  st[5] = 0xe9; /* jmp thunk */
-  for (int k = 0; k < 4; k++) st[6 + k] = (uint8_t)((uint32_t)rel >> (8 * k));
+  st[5] = 0xff, st[6] = 0x25; /* jmp *target(%rip) */
+  for (int k = 0; k < 4; k++) st[7 + k] = (uint8_t)((STUB_TARGET - 11) >> (8 * k));
+  for (int k = 11; k < STUB_TARGET; k++) st[k] = 0xcc; /* int3 */
+  extern char __bunkai_flow_tramp[];
+  *(uint64_t *)(st + STUB_TARGET) = (uint64_t)(uintptr_t)__bunkai_flow_tramp;
   pg->used += STUB_SIZE;
   W.slots[n].sled = sled;
   W.slots[n].stub = (uint64_t)(uintptr_t)st;
@@ -1175,12 +1209,134 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
   return (int)sc3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC | (on ? PROT_WRITE : 0));
 }
 
+/* Guards (bunkai_flow.h §4). A guard is code of ours, reached from the
+ * stub with [rsp] = slot and [rsp+8] = the sled's return address:
+ *
+ *       push %rax; push %rcx; push %rdx
+ *   per register R and table T:
+ *       mov R, %rdx                (R is %rax/%rcx/%rdx: from the stack)
+ *       movabs $GOLDEN, %rax
+ *       mulx %rax, %rax, %rcx      (%rax = low half of R * GOLDEN)
+ *       rorx $48, %rax, %rax
+ *       movzwl %ax, %eax           (filter_of(R))
+ *       movabs $T->filter, %rcx
+ *       movzbl (%rcx,%rax), %ecx
+ *       jrcxz 1f                   (no live key with that hash)
+ *       jmp hit
+ *     1:
+ *       pop %rdx; pop %rcx; pop %rax
+ *       lea 8(%rsp), %rsp          (the slot)
+ *       ret                        (back to the sled)
+ *   hit:
+ *       pop %rdx; pop %rcx; pop %rax
+ *       jmp *0(%rip); .quad __bunkai_flow_tramp
+ *
+ * Not one of these writes the flags, so there is nothing to restore. */
+static int guard_valid(const struct bkf_guard *g) {
+  if (g->n > BKF_GUARD_MAX) return 0;
+  for (uint32_t k = 0; k < g->n; k++)
+    if (g->reg[k] > 15 || g->reg[k] == 4 || !g->table[k]) return 0;
+  return 1;
+}
+
+static int guard_same(const struct bkf_guard *a, const struct bkf_guard *b) {
+  if (a->n != b->n) return 0;
+  for (uint32_t k = 0; k < a->n; k++)
+    if (a->reg[k] != b->reg[k] || a->table[k] != b->table[k]) return 0;
+  return 1;
+}
+
+static uint8_t *put_le(uint8_t *p, uint64_t v, int n) {
+  for (int k = 0; k < n; k++) *p++ = (uint8_t)(v >> (8 * k));
+  return p;
+}
+
+/* The guard code for g (n > 0), or 0: no BMI2, a table without a filter,
+ * no memory. */
+static uint64_t guard_make(const struct bkf_guard *g) {
+  if (!W.bmi2) return 0;
+  for (uint32_t k = 0; k < g->n; k++)
+    if (!g->table[k]->filter) return 0;
+  if (!W.gpage.base || W.gpage.used + GUARD_MAX_BYTES > PAGE) {
+    long r = sc6(SYS_mmap, 0, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r < 0 && r > -4096) return 0;
+    W.gpage.base = (uint64_t)r, W.gpage.used = 0;
+  }
+  uint8_t *start = (uint8_t *)(W.gpage.base + W.gpage.used), *p = start;
+  uint8_t *to_hit[BKF_GUARD_MAX];
+  *p++ = 0x50, *p++ = 0x51, *p++ = 0x52;
+  for (uint32_t k = 0; k < g->n; k++) {
+    uint8_t r = g->reg[k];
+    if (r <= 2) { /* mov disp8(%rsp), %rdx: rax at 16, rcx at 8, rdx at 0 */
+      *p++ = 0x48, *p++ = 0x8b, *p++ = 0x54, *p++ = 0x24, *p++ = (uint8_t)(16 - 8 * r);
+    } else { /* mov %R, %rdx */
+      *p++ = (uint8_t)(0x48 | (r >= 8 ? 0x04 : 0)), *p++ = 0x89, *p++ = (uint8_t)(0xc0 | ((r & 7) << 3) | 2);
+    }
+    *p++ = 0x48, *p++ = 0xb8, p = put_le(p, GOLDEN, 8);
+    *p++ = 0xc4, *p++ = 0xe2, *p++ = 0xfb, *p++ = 0xf6, *p++ = 0xc8; /* mulx %rax,%rax,%rcx */
+    *p++ = 0xc4, *p++ = 0xe3, *p++ = 0xfb, *p++ = 0xf0, *p++ = 0xc0, *p++ = 48; /* rorx $48,%rax,%rax */
+    *p++ = 0x0f, *p++ = 0xb7, *p++ = 0xc0;                         /* movzwl %ax,%eax */
+    *p++ = 0x48, *p++ = 0xb9, p = put_le(p, (uint64_t)(uintptr_t)g->table[k]->filter, 8);
+    *p++ = 0x0f, *p++ = 0xb6, *p++ = 0x0c, *p++ = 0x01;             /* movzbl (%rcx,%rax),%ecx */
+    *p++ = 0xe3, *p++ = 0x05;                                       /* jrcxz over the jmp */
+    *p++ = 0xe9, to_hit[k] = p, p += 4;                             /* jmp hit */
+  }
+  *p++ = 0x5a, *p++ = 0x59, *p++ = 0x58;
+  *p++ = 0x48, *p++ = 0x8d, *p++ = 0x64, *p++ = 0x24, *p++ = 0x08; /* lea 8(%rsp),%rsp */
+  *p++ = 0xc3;
+  uint8_t *hit = p;
+  *p++ = 0x5a, *p++ = 0x59, *p++ = 0x58;
+  *p++ = 0xff, *p++ = 0x25, p = put_le(p, 0, 4); /* jmp *0(%rip) */
+  extern char __bunkai_flow_tramp[];
+  p = put_le(p, (uint64_t)(uintptr_t)__bunkai_flow_tramp, 8);
+  for (uint32_t k = 0; k < g->n; k++) put_le(to_hit[k], (uint64_t)(uint32_t)(int32_t)(hit - (to_hit[k] + 4)), 4);
+  W.gpage.used += ((uint64_t)(p - start) + 15) & ~15ull;
+  return (uint64_t)(uintptr_t)start;
+}
+
+/* Where slot's stub jumps for guard g (NULL or n == 0: the trampoline). */
+static uint64_t stub_target(uint32_t slot, const struct bkf_guard *g) {
+  extern char __bunkai_flow_tramp[];
+  uint64_t tramp = (uint64_t)(uintptr_t)__bunkai_flow_tramp;
+  if (!g || g->n == 0) return tramp;
+  struct wslot *s = &W.slots[slot];
+  if (s->guard && guard_same(&s->gspec, g)) return s->guard; /* woven again the same way */
+  uint64_t code = guard_make(g);
+  if (!code) return tramp;
+  s->guard = code, s->gspec = *g;
+  return code;
+}
+
+/* 1 if sled's stub goes through a guard now, 0 if straight to the
+ * trampoline, -1 if it was never woven (for tests and `weave -v`). */
+API int __bunkai_flow_guarded(uint64_t sled) {
+  lock(&W.lock);
+  int r = -1;
+  if (W.ready > 0) {
+    uint32_t *ix = index_of(sled);
+    if (*ix) {
+      extern char __bunkai_flow_tramp[];
+      uint64_t t = __atomic_load_n((uint64_t *)(uintptr_t)(W.slots[*ix - 1].stub + STUB_TARGET), __ATOMIC_RELAXED);
+      r = t != (uint64_t)(uintptr_t)__bunkai_flow_tramp;
+    }
+  }
+  unlock(&W.lock);
+  return r;
+}
+
 API int bkf_weave(int n, const uint64_t *sleds, const uint32_t *jps, bkf_handler h, void *arg) {
-  return bkf_weave_ex(n, sleds, jps, h, arg, 0);
+  return bkf_weave_guarded(n, sleds, jps, h, arg, 0, 0);
 }
 
 API int bkf_weave_ex(int n, const uint64_t *sleds, const uint32_t *jps, bkf_handler h, void *arg, unsigned flags) {
+  return bkf_weave_guarded(n, sleds, jps, h, arg, flags, 0);
+}
+
+API int bkf_weave_guarded(int n, const uint64_t *sleds, const uint32_t *jps, bkf_handler h, void *arg, unsigned flags,
+                          const struct bkf_guard *guards) {
   if (n < 0 || (n && (!sleds || !jps || !h)) || (flags & ~(unsigned)BKF_WEAVE_NO_VECTOR)) return -EINVAL;
+  for (int i = 0; guards && i < n; i++)
+    if (!guard_valid(&guards[i])) return -EINVAL;
   if (n == 0) return 0;
   lock(&W.lock);
   int rc = 0;
@@ -1220,6 +1376,8 @@ API int bkf_weave_ex(int n, const uint64_t *sleds, const uint32_t *jps, bkf_hand
     W.slots[slot].arg = arg;
     __atomic_store_n(&__bunkai_flow_modes[slot], (uint8_t)(flags & BKF_WEAVE_NO_VECTOR), __ATOMIC_SEQ_CST);
     __atomic_store_n(&W.slots[slot].h, h, __ATOMIC_SEQ_CST);
+    __atomic_store_n((uint64_t *)(uintptr_t)(W.slots[slot].stub + STUB_TARGET),
+                     stub_target(slot, guards ? &guards[i] : 0), __ATOMIC_SEQ_CST);
   }
   /* (1) the jump form over the nop; (2) sync; (3) bytes 2..10; (4) sync;
    * (5) 66 90 */

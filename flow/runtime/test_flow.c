@@ -34,6 +34,7 @@
 /* Test hooks exported by the runtime (the __bunkai_ prefix). */
 uint64_t __bunkai_flow_table_stat(struct bkf_table *t, int what);
 int __bunkai_flow_ids_mode(void);
+int __bunkai_flow_guarded(uint64_t sled);
 enum { ST_LIVE, ST_USED, ST_CAP, ST_REBUILDS, ST_MAPPED, ST_LOCK };
 
 static char dir[512];
@@ -941,6 +942,118 @@ static void test_weave_flags(char *note) {
   snprintf(note, 256, "64 flag patterns through both trampolines");
 }
 
+/* A guarded sled: probe_guard(key, flags, &regs) puts key in %rax %rcx
+ * %rdx %rbx %rdi %r12 %r15, loads the flags, runs the sled, and returns the
+ * flags after it; regs gets the OR of each of those registers XOR key (0:
+ * all came back). */
+uint64_t probe_guard(uint64_t key, uint64_t flags, uint64_t *regs);
+extern char probe_gsled[];
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl probe_guard\n"
+        ".type probe_guard,@function\n"
+        "probe_guard:\n"
+        "  push %rbx\n push %r12\n push %r15\n"
+        "  mov %rdx, %r8\n"
+        "  mov %rdi, %rax\n mov %rdi, %rcx\n mov %rdi, %rdx\n mov %rdi, %rbx\n mov %rdi, %r12\n mov %rdi, %r15\n"
+        "  push %rsi\n"
+        "  popfq\n"
+        "  .p2align 1\n"
+        ".globl probe_gsled\n"
+        "probe_gsled:\n"
+        "  .byte 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0\n"
+        "  pushfq\n"
+        "  xor %rdi, %rax\n xor %rdi, %rcx\n or %rcx, %rax\n xor %rdi, %rdx\n or %rdx, %rax\n"
+        "  xor %rdi, %rbx\n or %rbx, %rax\n xor %rdi, %r12\n or %r12, %rax\n xor %rdi, %r15\n or %r15, %rax\n"
+        "  mov %rax, (%r8)\n"
+        "  pop %rax\n"
+        "  pop %r15\n pop %r12\n pop %rbx\n"
+        "  ret\n"
+        ".size probe_guard, .-probe_guard\n");
+
+static uint64_t guard_calls;
+static void guard_count(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
+  (void)f, (void)xsave, (void)jp, (void)arg;
+  guard_calls++;
+}
+
+static uint64_t filter_index(uint64_t k) { return (k * 0x9e3779b97f4a7c15ull) >> 48; }
+
+/* Runs the guarded sled with key under two flag patterns, checks that the
+ * registers and flags came back, and returns how many times the handler ran. */
+static uint64_t guard_runs(uint64_t key) {
+  uint64_t before = guard_calls;
+  const uint64_t arith = 0x1 | 0x4 | 0x10 | 0x40 | 0x80 | 0x800;
+  for (int k = 0; k < 2; k++) {
+    uint64_t in = k ? 0x2 | arith : 0x2, regs = ~0ull;
+    uint64_t out = probe_guard(key, in, &regs);
+    CHECK((out & arith) == (in & arith), "flags %#llx came back %#llx", (unsigned long long)in, (unsigned long long)out);
+    CHECK(regs == 0, "a register changed across the guarded sled (%#llx)", (unsigned long long)regs);
+  }
+  return guard_calls - before;
+}
+
+/* Guards (bkf_weave_guarded): the handler runs only when a guard register
+ * holds a live key of its table, for each register a guard can name,
+ * for two guards at one sled, after remove and register again; a filter
+ * collision lets the handler run (it decides); bad guards are refused. */
+static void test_weave_guard(char *note) {
+  uint64_t sled = (uint64_t)(uintptr_t)probe_gsled;
+  uint32_t jp = 0;
+  CHECK(sled % 2 == 0, "guard sled at an odd address");
+  struct bkf_table *t = bkf_table("guard-a"), *u = bkf_table("guard-b");
+  uint64_t in = 0x7f0000001040ull, out = 0x7f0000002080ull, other = 0x7f00000030c0ull;
+  CHECK(filter_index(in) != filter_index(out) && filter_index(other) != filter_index(in) &&
+            filter_index(other) != filter_index(out), "test keys collide in the filter");
+  register_flowid(t, (void *)in, get_new_flowid());
+  register_flowid(u, (void *)other, get_new_flowid());
+  const uint8_t regs[] = {0, 1, 2, 3, 7, 12, 15};
+  int guarded = 0;
+  for (unsigned i = 0; i < sizeof regs; i++) {
+    struct bkf_guard g = {.n = 1, .reg = {regs[i]}, .table = {t}};
+    int r = bkf_weave_guarded(1, &sled, &jp, guard_count, 0, BKF_WEAVE_NO_VECTOR, &g);
+    CHECK(r == 0, "bkf_weave_guarded(reg %u): %d", regs[i], r);
+    guarded = __bunkai_flow_guarded(sled);
+    CHECK(guarded >= 0, "the sled is not known after weaving");
+    CHECK(guard_runs(in) == 2, "reg %u: a key in the flow did not reach the handler", regs[i]);
+    uint64_t skipped = guard_runs(out);
+    CHECK(skipped == (guarded ? 0 : 2), "reg %u: %llu handler runs for a key not in the flow (guarded %d)", regs[i],
+          (unsigned long long)skipped, guarded);
+    CHECK(bkf_unweave(1, &sled) == 0, "unweave");
+  }
+  /* two guards: either table's key lets the handler run */
+  struct bkf_guard two = {.n = 2, .reg = {3, 12}, .table = {t, u}};
+  CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, BKF_WEAVE_NO_VECTOR, &two) == 0, "two guards");
+  CHECK(guard_runs(in) == 2 && guard_runs(other) == 2, "a key of either table runs the handler");
+  CHECK(guard_runs(out) == (guarded ? 0 : 2), "a key of neither table");
+  /* leaving the flow and coming back */
+  remove_flowid(t, (void *)in);
+  CHECK(guard_runs(in) == (guarded ? 0 : 2), "a removed key still runs the handler");
+  register_flowid(t, (void *)in, get_new_flowid());
+  CHECK(guard_runs(in) == 2, "a key registered again does not run the handler");
+  /* a filter collision: not in the table, same filter counter as in */
+  uint64_t twin = 0;
+  for (uint64_t k = in + 64; !twin; k += 64)
+    if (filter_index(k) == filter_index(in)) twin = k;
+  CHECK(get_flowid(t, (void *)twin) == 0, "the twin is in the table");
+  CHECK(guard_runs(twin) == 2, "a filter collision must reach the handler");
+  CHECK(bkf_unweave(1, &sled) == 0, "unweave");
+  CHECK(guard_runs(in) == 0, "unwoven: no call");
+  /* woven again unguarded: every pass calls */
+  CHECK(bkf_weave_ex(1, &sled, &jp, guard_count, 0, BKF_WEAVE_NO_VECTOR) == 0, "unguarded");
+  CHECK(__bunkai_flow_guarded(sled) == 0, "an unguarded weave left the guard in place");
+  CHECK(guard_runs(out) == 2, "unguarded: the handler runs for any key");
+  CHECK(bkf_unweave(1, &sled) == 0, "unweave");
+  /* refused: %rsp, a register past 15, a missing table, too many */
+  struct bkf_guard bad[] = {{.n = 1, .reg = {4}, .table = {t}}, {.n = 1, .reg = {16}, .table = {t}},
+                            {.n = 1, .reg = {3}, .table = {0}}, {.n = BKF_GUARD_MAX + 1}};
+  for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, 0, &bad[i]) == -EINVAL, "bad guard %u accepted", i);
+  CHECK(guard_runs(in) == 0, "a refused weave patched the sled");
+  snprintf(note, 256, "%s; %llu handler runs", guarded ? "guards in the stub" : "no BMI2: unguarded",
+           (unsigned long long)guard_calls);
+}
+
 static const struct {
   const char *name;
   void (*fn)(char *note);
@@ -960,6 +1073,7 @@ static const struct {
     {"fork_under_load", test_fork_under_load},
     {"signal", test_signal},
     {"weave_flags", test_weave_flags},
+    {"weave_guard", test_weave_guard},
 };
 enum { NTESTS = sizeof tests / sizeof tests[0] };
 

@@ -25,6 +25,25 @@ pub struct Generated {
     /// The advice reads a variable the compiler kept in an %xmm register,
     /// so the trampoline must save the vector state.
     pub needs_xsave: bool,
+    /// Sleds woven behind a guard (bunkai_flow.h §4): every piece of code
+    /// at them is filtered on a flow, so the stub may skip the handler
+    /// when no guard register can hold a key of its table.
+    pub guarded: usize,
+}
+
+/// What one piece of code at a join point needs from a guard: Some((xflow,
+/// register)) when it does nothing unless that register's value is a key
+/// of that xflow's table; None when it may act on any pass.
+type Guard = Option<(String, u8)>;
+
+/// The x86 number of a 64-bit general register holding a pointer (what a
+/// guard can test), as bkf_guard.reg has it.
+fn guard_reg(loc: &Location) -> Option<u8> {
+    const N: [&str; 16] = ["rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"];
+    match loc {
+        Location::Reg(r) => N.iter().position(|n| n == r).filter(|&k| k != 4).map(|k| k as u8),
+        _ => None,
+    }
 }
 
 /// The saved register behind a name the compiler printed, with the C type
@@ -121,7 +140,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
         .chain(0..n_adv)
         .chain((n_adv..us.len()).filter(|&u| is_quit(u)))
         .collect();
-    let mut blocks: BTreeMap<usize, Vec<String>> = BTreeMap::new(); // join point index -> code
+    let mut blocks: BTreeMap<usize, Vec<(String, Guard)>> = BTreeMap::new(); // join point index -> code
     let xin_fields: BTreeMap<&str, &crate::aspect::Field> = a
         .xflows
         .iter()
@@ -166,6 +185,10 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                 }
             };
             let value = |v: &str| -> Result<String> { pointer_value(operand(jp, v, &u.what)?, v, jp) };
+            // the register a guard would test for the flow's key in `var`
+            // ($base when None), if it is in one
+            let key_reg = |var: Option<&str>| operand(jp, var.unwrap_or("$base"), &u.what).ok().and_then(guard_reg);
+            let mut guard: Guard = None;
             if ui < n_adv {
                 let ad = &a.advices[ui];
                 // the sleds after an access run <after>, the others <before>
@@ -173,6 +196,12 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                 let mut close = 0;
                 for (p, _) in &prims {
                     if let Prim::Xflow { name, var, id } = p {
+                        // the code runs only when every xflow() holds: a
+                        // guard on the first is enough, if its variable is
+                        // target()'s (the value of $base)
+                        if close == 0 && prims.iter().any(|(q, _)| matches!(q, Prim::Target(t) if t == var)) {
+                            guard = key_reg(None).map(|r| (name.clone(), r));
+                        }
                         let idv = id.clone().unwrap_or_else(|| format!("bkf_id_{}__", c_ident(var)));
                         let _ = writeln!(c, "      bkf_id {idv} = get_flowid(T_{name}, {var});");
                         let _ = writeln!(c, "      if ({idv} != 0) {{");
@@ -197,11 +226,16 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                     },
                     Part::Quit(p) => match &p.action {
                         Some(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
-                        None => { let _ = writeln!(c, "      void *key__ = {};\n      if (key__) remove_flowid({t}, key__);", key(&p.select)?); }
+                        None => {
+                            let _ = writeln!(c, "      void *key__ = {};\n      if (key__) remove_flowid({t}, key__);", key(&p.select)?);
+                            // removing a key that is not there does nothing
+                            guard = key_reg(p.select.as_ref().map(|(v, _)| v.as_str())).map(|r| (x.name.clone(), r));
+                        }
                     },
                     Part::Transit(tr) => match &tr.how {
                         How::Action(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
                         How::Local { from, to, keep } => {
+                            guard = key_reg(Some(from)).map(|r| (x.name.clone(), r));
                             let _ = writeln!(c, "      void *from__ = {}, *to__ = {};", value(from)?, value(to)?);
                             let _ = writeln!(c, "      bkf_id id__ = get_flowid({t}, from__);");
                             let _ = writeln!(c, "      if (id__ && to__) {{\n        register_flowid({t}, to__, id__);");
@@ -215,6 +249,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                                 bail!("{}: the header's type comes from access(STRUCT.member) in the pointcut (add one)", u.what);
                             };
                             let mask = mask(field.size);
+                            guard = key_reg(Some(from)).map(|r| (x.name.clone(), r));
                             let _ = writeln!(c, "      void *from__ = {}; struct {s} *hdr__ = {};", value(from)?, value(to)?);
                             let _ = writeln!(c, "      bkf_id id__ = get_flowid({t}, from__);");
                             let _ = writeln!(c, "      if (id__ && hdr__) {{");
@@ -250,7 +285,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                 }
             }
             c += "    }\n";
-            blocks.entry(jp.index).or_default().push(c);
+            blocks.entry(jp.index).or_default().push((c, guard));
         }
     }
     if blocks.is_empty() {
@@ -268,20 +303,59 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     let mut sleds = Vec::new();
     let mut cases = String::new();
     let mut jpidx = Vec::new();
+    let mut gspec = Vec::new(); // per sled: "{n, {regs}, {xflow indices}}"
+    let mut guarded = 0;
+    let xf_index = |name: &str| a.xflows.iter().position(|x| x.name == name).unwrap_or(0);
     for (k, (ji, codes)) in blocks.iter().enumerate() {
         let jp = &prog.jps[*ji];
         sleds.push(jp.sled_addr + bias);
         jpidx.push(*ji);
         let _ = writeln!(cases, "  case {k}: /* join point {ji} */");
-        for c in codes {
+        for (c, _) in codes {
             cases += c;
         }
         cases += "    break;\n";
+        // a guard when every piece of code here is filtered on a flow
+        let mut pairs: Vec<(usize, u8)> = Vec::new();
+        let all = codes.iter().all(|(_, g)| match g {
+            Some((x, r)) => {
+                let p = (xf_index(x), *r);
+                if !pairs.contains(&p) {
+                    pairs.push(p);
+                }
+                true
+            }
+            None => false,
+        });
+        if all && pairs.len() <= 4 {
+            guarded += 1;
+            let regs: Vec<String> = pairs.iter().map(|p| p.1.to_string()).collect();
+            let xfs: Vec<String> = pairs.iter().map(|p| p.0.to_string()).collect();
+            gspec.push(format!("{{{}, {{{}}}, {{{}}}}}", pairs.len(), regs.join(", "), xfs.join(", ")));
+        } else {
+            gspec.push("{0, {0}, {0}}".to_string());
+        }
     }
     let list = |v: &[String]| v.join(",\n  ");
     let _ = writeln!(src, "static const uint64_t SLEDS__[{}] = {{\n  {}\n}};", sleds.len(), list(&sleds.iter().map(|s| format!("{s:#x}ull")).collect::<Vec<_>>()));
     let _ = writeln!(src, "static const uint32_t JP__[{}] = {{{}}};", jpidx.len(), jpidx.iter().map(|j| j.to_string()).collect::<Vec<_>>().join(", "));
     let _ = writeln!(src, "static uint32_t CASE__[{}];\n", sleds.len());
+    // Guards: per sled, the registers to test and the xflows whose tables
+    // they are tested against (weave --no-guard defines BKF_NO_GUARD__).
+    let guards_arg = if guarded > 0 {
+        let tables: Vec<String> = a.xflows.iter().map(|x| format!("&T_{}", x.name)).collect();
+        let _ = writeln!(
+            src,
+            "static const struct {{ uint8_t n, reg[BKF_GUARD_MAX], xf[BKF_GUARD_MAX]; }} GSPEC__[{}] = {{\n  {}\n}};",
+            sleds.len(),
+            list(&gspec)
+        );
+        let _ = writeln!(src, "static struct bkf_table **const XF__[] = {{{}}};", tables.join(", "));
+        let _ = writeln!(src, "static struct bkf_guard GUARDS__[{}];\n", sleds.len());
+        "BKF_GUARDS__"
+    } else {
+        "(const struct bkf_guard *)0"
+    };
     let _ = writeln!(
         src,
         "static void handler__(struct bkf_frame *f__, void *xs__, uint32_t k__, void *arg__) {{\n  \
@@ -290,13 +364,25 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     );
     // weave sets BKF_WEAVE_FLAGS__ to BKF_WEAVE_NO_VECTOR when the module
     // builds vector-free (vector_free_object)
-    let _ = writeln!(src, "#ifndef BKF_WEAVE_FLAGS__\n#define BKF_WEAVE_FLAGS__ 0u\n#endif\nstatic int init__(void) {{");
+    let _ = writeln!(src, "#ifndef BKF_WEAVE_FLAGS__\n#define BKF_WEAVE_FLAGS__ 0u\n#endif");
+    if guarded > 0 {
+        let _ = writeln!(src, "#ifdef BKF_NO_GUARD__\n#define BKF_GUARDS__ ((const struct bkf_guard *)0)\n#else\n#define BKF_GUARDS__ GUARDS__\n#endif");
+    }
+    let _ = writeln!(src, "static int init__(void) {{");
     for x in &a.xflows {
         let _ = writeln!(src, "  T_{0} = bkf_table(\"{0}\");", x.name);
     }
+    if guarded > 0 {
+        let _ = writeln!(
+            src,
+            "  for (uint32_t k = 0; k < {}; k++) {{\n    GUARDS__[k].n = GSPEC__[k].n;\n    for (uint32_t i = 0; i < GSPEC__[k].n; i++) {{\n      \
+             GUARDS__[k].reg[i] = GSPEC__[k].reg[i];\n      GUARDS__[k].table[i] = *XF__[GSPEC__[k].xf[i]];\n    }}\n  }}",
+            sleds.len()
+        );
+    }
     let _ = writeln!(
         src,
-        "  for (uint32_t k = 0; k < {n}; k++) CASE__[k] = k;\n  return bkf_weave_ex({n}, SLEDS__, CASE__, handler__, 0, BKF_WEAVE_FLAGS__) ? -1 : 0;\n}}\n\
+        "  for (uint32_t k = 0; k < {n}; k++) CASE__[k] = k;\n  return bkf_weave_guarded({n}, SLEDS__, CASE__, handler__, 0, BKF_WEAVE_FLAGS__, {guards_arg}) ? -1 : 0;\n}}\n\
          static void exit__(void) {{ bkf_unweave({n}, SLEDS__); }}\n\n\
          BUNKAI_MODULE(\"{module}\", \"1\");\nBUNKAI_MODULE_INIT(init__);\nBUNKAI_MODULE_EXIT(exit__);",
         n = sleds.len()
@@ -304,7 +390,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     // xs__ appears twice in every module (parameter, cast to void); more
     // uses read an %xmm register from the XSAVE area
     let needs_xsave = src.matches("xs__").count() > 2;
-    Ok(Generated { source: src, sleds, needs_xsave })
+    Ok(Generated { source: src, sleds, needs_xsave, guarded })
 }
 
 /// What a vector-free advice module may call: the flow runtime, which is
@@ -319,6 +405,7 @@ const VECTOR_FREE_CALLS: &[&str] = &[
     "bkf_store",
     "bkf_weave",
     "bkf_weave_ex",
+    "bkf_weave_guarded",
     "bkf_unweave",
 ];
 
@@ -448,7 +535,12 @@ pub struct WeaveArgs {
     /// the flow runtime is woven with a trampoline that skips XSAVE/XRSTOR
     #[arg(long)]
     pub full_state: bool,
-    /// Say which trampoline the advice gets, and why
+    /// Call the handler at every pass. By default a sled whose code is all
+    /// filtered on a flow (xflow() advice on target(), transits, quits) is
+    /// guarded: its stub returns at once when the key cannot be in the flow
+    #[arg(long)]
+    pub no_guard: bool,
+    /// Say which trampoline the advice gets, and why; which sleds are guarded
     #[arg(short, long)]
     pub verbose: bool,
 }
@@ -518,6 +610,9 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
         let mut cc = std::process::Command::new("clang-14");
         cc.args(["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"]).arg(format!("-I{}", inc.display()));
         cc.args(extra);
+        if a.no_guard {
+            cc.arg("-DBKF_NO_GUARD__");
+        }
         if let Some(f) = &a.cflags {
             cc.args(f.split_whitespace());
         }
@@ -551,10 +646,21 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
         }
     }
     let trampoline = if why_full.is_some() { "full-state" } else { "vector-free" };
+    let guarded = if a.no_guard { 0 } else { g.guarded };
+    if a.verbose {
+        if a.no_guard {
+            eprintln!("bunkai flow: no guards (--no-guard): every pass through a woven sled calls the handler");
+        } else {
+            eprintln!(
+                "bunkai flow: {guarded} of {} sleds guarded (their code is filtered on a flow: the stub tests the key in its register against the flow's table first); the others start flows, run actions or read a header, so every pass calls the handler",
+                g.sleds.len()
+            );
+        }
+    }
     let mut host = bunkai_mod::proto::Host::connect(&sock)?;
     let r = bunkai_mod::server::load(&mut host, &bunkai_mod::server::LoadOptions { file: &o, dirs: vec![], replace: None, copy: false })?;
     println!(
-        "bunkai flow: woven {module} into {} ({}): {} sled{}, {trampoline} trampoline, loaded in {:.0} us, {:.1} ms in all",
+        "bunkai flow: woven {module} into {} ({}): {} sled{} ({guarded} guarded), {trampoline} trampoline, loaded in {:.0} us, {:.1} ms in all",
         a.pid,
         exe_s,
         g.sleds.len(),

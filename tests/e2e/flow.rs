@@ -1193,8 +1193,11 @@ fn memcaslap(port: u16, ops: u32) -> String {
 /// cc` answers as the plain build does; woven at run time with
 /// aspects/memcached.xml it still does, and each request becomes one flow
 /// from its read buffer (try_read_command_ascii) through its reply objects
-/// to their release (resp_finish). Woven and unwoven five times under
-/// memcaslap's load, it serves every operation and answers the same after.
+/// to their release (resp_finish). Woven with --no-guard (every pass calls
+/// the handler), the same requests leave the same records at the same
+/// places: the guards in the sleds' stubs lose nothing. Woven and unwoven
+/// five times under memcaslap's load, it serves every operation and answers
+/// the same after.
 #[test]
 fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     let d = tempfile::tempdir().unwrap();
@@ -1215,12 +1218,29 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     let o = bunkai_ok(&["flow", "weave", "--pid", &pid, asp.to_str().unwrap()]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("vector-free trampoline"), "{out}");
+    // every sled but the flow's start is filtered on the flow
+    let n = |what: &str| -> usize {
+        let at = out.find(what).unwrap_or_else(|| panic!("no '{what}' in {out}"));
+        out[..at].rsplit(|c: char| !c.is_ascii_digit()).next().and_then(|d| d.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+    };
+    let (sleds, guarded) = (n(" sleds ("), n(" guarded)"));
+    assert!(guarded > 0 && guarded < sleds, "{out}");
     assert_eq!(mc_session(port), want, "woven");
+    bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    let o = bunkai_ok(&["flow", "weave", "--no-guard", "--pid", &pid, asp.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains(" sleds (0 guarded)"), "{o:?}");
+    assert_eq!(mc_session(port), want, "woven without guards");
     bunkai_ok(&["flow", "unweave", "--pid", &pid]);
 
     let rep: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
     let flows = rep["flows"].as_array().unwrap();
-    assert_eq!(flows.len(), MC_SESSION.len(), "one flow per request: {rep}");
+    assert_eq!(flows.len(), 2 * MC_SESSION.len(), "one flow per request: {rep}");
+    let places = |f: &Value| -> Vec<(String, u64)> {
+        f["steps"].as_array().unwrap().iter().map(|s| (s["function"].as_str().unwrap().to_string(), s["line"].as_u64().unwrap())).collect()
+    };
+    for (g, u) in flows[..MC_SESSION.len()].iter().zip(&flows[MC_SESSION.len()..]) {
+        assert_eq!(places(g), places(u), "guarded and unguarded weaves recorded different places");
+    }
     for (f, (req, _)) in flows.iter().zip(MC_SESSION) {
         let steps = f["steps"].as_array().unwrap();
         let fns: Vec<&str> = steps.iter().map(|s| s["function"].as_str().unwrap()).collect();

@@ -24,6 +24,7 @@ const TESTS: &[&str] = &[
     "fork_under_load",
     "signal",
     "weave_flags",
+    "weave_guard",
 ];
 
 fn built(rel: &str) -> PathBuf {
@@ -88,6 +89,7 @@ const API: &[&str] = &[
     "bkf_store",
     "bkf_weave",
     "bkf_weave_ex",
+    "bkf_weave_guarded",
     "bkf_unweave",
 ];
 
