@@ -888,13 +888,19 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
 /* ------------------------------------------------------------------ */
 /* Weaving: stubs, the common trampoline, patching (bunkai_flow.h §4)  */
 /*
- * Every sled that is ever woven gets a slot and a 24-byte stub, `push
- * $slot; jmp *target(%rip)` and the 8-byte target, in a page of ours within
- * rel32 reach of the sled. The target is __bunkai_flow_tramp, or the
- * slot's guard (bkf_weave_guarded): code made for the slot that tests the
+ * Every sled that is ever woven gets a slot and a 40-byte stub in a page of
+ * ours within rel32 reach of the sled:
+ *
+ *     0   jmp *24(%rip-relative)     to the target
+ *     6   push $slot                 "enter": the trampoline's way in
+ *     11  jmp *32(%rip-relative)     __bunkai_flow_tramp
+ *     24  .quad target               enter, or the slot's guard
+ *     32  .quad __bunkai_flow_tramp
+ *
+ * The guard (bkf_weave_guarded) is code made for the slot that tests the
  * guard registers against their tables' filters and returns straight to
  * the sled when no key can be in a table, before anything is saved; it
- * jumps to the trampoline otherwise. A weave stores the target (one aligned
+ * jumps to enter otherwise. A weave stores the target (one aligned
  * 8-byte store) before it patches the sled. Slots, stubs, guards and
  * pages are never given back: a thread may sit between a sled's `66 90` and
  * its call when the sled is unwoven, and the call must still land
@@ -918,8 +924,10 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
  * the steps when the kernel has it. One weave or unweave at a time. */
 
 #define WEAVE_SLOTS 65536
-#define STUB_SIZE 24
-#define STUB_TARGET 16           /* offset of the target in a stub */
+#define STUB_SIZE 40
+#define STUB_ENTER 6             /* offset of `push $slot` in a stub */
+#define STUB_TARGET 24           /* offset of the target in a stub */
+#define STUB_TRAMP 32            /* offset of the trampoline's address */
 #define GUARD_MAX_BYTES 256      /* one guard's code, at most */
 
 struct wslot {
@@ -1129,6 +1137,11 @@ static int in_reach(uint64_t from_end, uint64_t to) {
   return d == (int32_t)d;
 }
 
+static uint8_t *put_le(uint8_t *p, uint64_t v, int n) {
+  for (int k = 0; k < n; k++) *p++ = (uint8_t)(v >> (8 * k));
+  return p;
+}
+
 /* Where sled is, or goes, in the index. */
 static uint32_t *index_of(uint64_t sled) {
   uint64_t m = 2 * WEAVE_SLOTS - 1, i = ((sled >> 1) * 0x9E3779B97F4A7C15ull >> 40) & m;
@@ -1168,14 +1181,14 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
     pg->base = base, pg->used = 0;
   }
   uint32_t n = W.nslots;
-  uint8_t *st = (uint8_t *)(pg->base + pg->used);
-  st[0] = 0x68; /* push $slot (sign-extended imm32) */
-  for (int k = 0; k < 4; k++) st[1 + k] = (uint8_t)(n >> (8 * k));
-  st[5] = 0xff, st[6] = 0x25; /* jmp *target(%rip) */
-  for (int k = 0; k < 4; k++) st[7 + k] = (uint8_t)((STUB_TARGET - 11) >> (8 * k));
-  for (int k = 11; k < STUB_TARGET; k++) st[k] = 0xcc; /* int3 */
+  uint8_t *st = (uint8_t *)(pg->base + pg->used), *p = st;
+  *p++ = 0xff, *p++ = 0x25, p = put_le(p, STUB_TARGET - 6, 4);  /* jmp *target(%rip) */
+  *p++ = 0x68, p = put_le(p, n, 4);                             /* enter: push $slot (sign-extended imm32) */
+  *p++ = 0xff, *p++ = 0x25, p = put_le(p, STUB_TRAMP - 17, 4);  /* jmp *tramp(%rip) */
+  while (p < st + STUB_TARGET) *p++ = 0xcc;                     /* int3 */
   extern char __bunkai_flow_tramp[];
-  *(uint64_t *)(st + STUB_TARGET) = (uint64_t)(uintptr_t)__bunkai_flow_tramp;
+  put_le(p, (uint64_t)(uintptr_t)(st + STUB_ENTER), 8);
+  put_le(p + 8, (uint64_t)(uintptr_t)__bunkai_flow_tramp, 8);
   pg->used += STUB_SIZE;
   W.slots[n].sled = sled;
   W.slots[n].stub = (uint64_t)(uintptr_t)st;
@@ -1210,26 +1223,26 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
 }
 
 /* Guards (bunkai_flow.h §4). A guard is code of ours, reached from the
- * stub with [rsp] = slot and [rsp+8] = the sled's return address:
+ * stub's first jump with [rsp] = the sled's return address:
  *
- *       push %rax; push %rcx; push %rdx
+ *       push %rcx; push %rdx
  *   per register R and table T:
- *       mov R, %rdx                (R is %rax/%rcx/%rdx: from the stack)
- *       movabs $GOLDEN, %rax
- *       mulx %rax, %rax, %rcx      (%rax = low half of R * GOLDEN)
- *       rorx $48, %rax, %rax
- *       movzwl %ax, %eax           (filter_of(R))
- *       movabs $T->filter, %rcx
- *       movzbl (%rcx,%rax), %ecx
- *       jrcxz 1f                   (no live key with that hash)
+ *       mov R, %rdx                   (R is %rcx/%rdx: from the stack)
+ *       mulx golden(%rip), %rcx, %rdx (%rcx = low half of R * GOLDEN)
+ *       rorx $48, %rcx, %rcx
+ *       movzwl %cx, %ecx              (filter_of(R))
+ *       movabs $T->filter, %rdx
+ *       movzbl (%rdx,%rcx), %ecx
+ *       jrcxz 1f                      (no live key with that hash)
  *       jmp hit
  *     1:
- *       pop %rdx; pop %rcx; pop %rax
- *       lea 8(%rsp), %rsp          (the slot)
- *       ret                        (back to the sled)
+ *       pop %rdx; pop %rcx
+ *       ret                           (back to the sled)
  *   hit:
- *       pop %rdx; pop %rcx; pop %rax
- *       jmp *0(%rip); .quad __bunkai_flow_tramp
+ *       pop %rdx; pop %rcx
+ *       jmp *enter(%rip)              (the stub's push $slot; the trampoline)
+ *   enter:  .quad stub + STUB_ENTER
+ *   golden: .quad GOLDEN
  *
  * Not one of these writes the flags, so there is nothing to restore. */
 static int guard_valid(const struct bkf_guard *g) {
@@ -1246,14 +1259,9 @@ static int guard_same(const struct bkf_guard *a, const struct bkf_guard *b) {
   return 1;
 }
 
-static uint8_t *put_le(uint8_t *p, uint64_t v, int n) {
-  for (int k = 0; k < n; k++) *p++ = (uint8_t)(v >> (8 * k));
-  return p;
-}
-
-/* The guard code for g (n > 0), or 0: no BMI2, a table without a filter,
- * no memory. */
-static uint64_t guard_make(const struct bkf_guard *g) {
+/* The guard code for g (n > 0) in front of stub, or 0: no BMI2, a table
+ * without a filter, no memory. */
+static uint64_t guard_make(const struct bkf_guard *g, uint64_t stub) {
   if (!W.bmi2) return 0;
   for (uint32_t k = 0; k < g->n; k++)
     if (!g->table[k]->filter) return 0;
@@ -1263,46 +1271,50 @@ static uint64_t guard_make(const struct bkf_guard *g) {
     W.gpage.base = (uint64_t)r, W.gpage.used = 0;
   }
   uint8_t *start = (uint8_t *)(W.gpage.base + W.gpage.used), *p = start;
-  uint8_t *to_hit[BKF_GUARD_MAX];
-  *p++ = 0x50, *p++ = 0x51, *p++ = 0x52;
+  uint8_t *to_hit[BKF_GUARD_MAX], *to_golden[BKF_GUARD_MAX];
+  *p++ = 0x51, *p++ = 0x52;
   for (uint32_t k = 0; k < g->n; k++) {
     uint8_t r = g->reg[k];
-    if (r <= 2) { /* mov disp8(%rsp), %rdx: rax at 16, rcx at 8, rdx at 0 */
-      *p++ = 0x48, *p++ = 0x8b, *p++ = 0x54, *p++ = 0x24, *p++ = (uint8_t)(16 - 8 * r);
+    if (r == 1) { /* mov 8(%rsp), %rdx */
+      *p++ = 0x48, *p++ = 0x8b, *p++ = 0x54, *p++ = 0x24, *p++ = 0x08;
+    } else if (r == 2) { /* mov (%rsp), %rdx */
+      *p++ = 0x48, *p++ = 0x8b, *p++ = 0x14, *p++ = 0x24;
     } else { /* mov %R, %rdx */
       *p++ = (uint8_t)(0x48 | (r >= 8 ? 0x04 : 0)), *p++ = 0x89, *p++ = (uint8_t)(0xc0 | ((r & 7) << 3) | 2);
     }
-    *p++ = 0x48, *p++ = 0xb8, p = put_le(p, GOLDEN, 8);
-    *p++ = 0xc4, *p++ = 0xe2, *p++ = 0xfb, *p++ = 0xf6, *p++ = 0xc8; /* mulx %rax,%rax,%rcx */
-    *p++ = 0xc4, *p++ = 0xe3, *p++ = 0xfb, *p++ = 0xf0, *p++ = 0xc0, *p++ = 48; /* rorx $48,%rax,%rax */
-    *p++ = 0x0f, *p++ = 0xb7, *p++ = 0xc0;                         /* movzwl %ax,%eax */
-    *p++ = 0x48, *p++ = 0xb9, p = put_le(p, (uint64_t)(uintptr_t)g->table[k]->filter, 8);
-    *p++ = 0x0f, *p++ = 0xb6, *p++ = 0x0c, *p++ = 0x01;             /* movzbl (%rcx,%rax),%ecx */
-    *p++ = 0xe3, *p++ = 0x05;                                       /* jrcxz over the jmp */
-    *p++ = 0xe9, to_hit[k] = p, p += 4;                             /* jmp hit */
+    *p++ = 0xc4, *p++ = 0xe2, *p++ = 0xf3, *p++ = 0xf6, *p++ = 0x15;     /* mulx golden(%rip),%rcx,%rdx */
+    to_golden[k] = p, p += 4;
+    *p++ = 0xc4, *p++ = 0xe3, *p++ = 0xfb, *p++ = 0xf0, *p++ = 0xc9, *p++ = 48; /* rorx $48,%rcx,%rcx */
+    *p++ = 0x0f, *p++ = 0xb7, *p++ = 0xc9;                                  /* movzwl %cx,%ecx */
+    *p++ = 0x48, *p++ = 0xba, p = put_le(p, (uint64_t)(uintptr_t)g->table[k]->filter, 8); /* movabs $filter,%rdx */
+    *p++ = 0x0f, *p++ = 0xb6, *p++ = 0x0c, *p++ = 0x0a;                     /* movzbl (%rdx,%rcx),%ecx */
+    *p++ = 0xe3, *p++ = 0x05;                                               /* jrcxz over the jmp */
+    *p++ = 0xe9, to_hit[k] = p, p += 4;                                     /* jmp hit */
   }
-  *p++ = 0x5a, *p++ = 0x59, *p++ = 0x58;
-  *p++ = 0x48, *p++ = 0x8d, *p++ = 0x64, *p++ = 0x24, *p++ = 0x08; /* lea 8(%rsp),%rsp */
-  *p++ = 0xc3;
+  *p++ = 0x5a, *p++ = 0x59, *p++ = 0xc3; /* pop %rdx; pop %rcx; ret */
   uint8_t *hit = p;
-  *p++ = 0x5a, *p++ = 0x59, *p++ = 0x58;
-  *p++ = 0xff, *p++ = 0x25, p = put_le(p, 0, 4); /* jmp *0(%rip) */
-  extern char __bunkai_flow_tramp[];
-  p = put_le(p, (uint64_t)(uintptr_t)__bunkai_flow_tramp, 8);
-  for (uint32_t k = 0; k < g->n; k++) put_le(to_hit[k], (uint64_t)(uint32_t)(int32_t)(hit - (to_hit[k] + 4)), 4);
+  *p++ = 0x5a, *p++ = 0x59;
+  *p++ = 0xff, *p++ = 0x25, p = put_le(p, 0, 4); /* jmp *enter(%rip): the quad right after */
+  p = put_le(p, stub + STUB_ENTER, 8);
+  uint8_t *golden = p;
+  p = put_le(p, GOLDEN, 8);
+  for (uint32_t k = 0; k < g->n; k++) {
+    put_le(to_hit[k], (uint64_t)(uint32_t)(int32_t)(hit - (to_hit[k] + 4)), 4);
+    put_le(to_golden[k], (uint64_t)(uint32_t)(int32_t)(golden - (to_golden[k] + 4)), 4);
+  }
   W.gpage.used += ((uint64_t)(p - start) + 15) & ~15ull;
   return (uint64_t)(uintptr_t)start;
 }
 
-/* Where slot's stub jumps for guard g (NULL or n == 0: the trampoline). */
+/* Where slot's stub jumps for guard g (NULL or n == 0: enter, the
+ * trampoline). */
 static uint64_t stub_target(uint32_t slot, const struct bkf_guard *g) {
-  extern char __bunkai_flow_tramp[];
-  uint64_t tramp = (uint64_t)(uintptr_t)__bunkai_flow_tramp;
-  if (!g || g->n == 0) return tramp;
   struct wslot *s = &W.slots[slot];
+  uint64_t enter = s->stub + STUB_ENTER;
+  if (!g || g->n == 0) return enter;
   if (s->guard && guard_same(&s->gspec, g)) return s->guard; /* woven again the same way */
-  uint64_t code = guard_make(g);
-  if (!code) return tramp;
+  uint64_t code = guard_make(g, s->stub);
+  if (!code) return enter;
   s->guard = code, s->gspec = *g;
   return code;
 }
@@ -1315,9 +1327,8 @@ API int __bunkai_flow_guarded(uint64_t sled) {
   if (W.ready > 0) {
     uint32_t *ix = index_of(sled);
     if (*ix) {
-      extern char __bunkai_flow_tramp[];
-      uint64_t t = __atomic_load_n((uint64_t *)(uintptr_t)(W.slots[*ix - 1].stub + STUB_TARGET), __ATOMIC_RELAXED);
-      r = t != (uint64_t)(uintptr_t)__bunkai_flow_tramp;
+      uint64_t stub = W.slots[*ix - 1].stub;
+      r = __atomic_load_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), __ATOMIC_RELAXED) != stub + STUB_ENTER;
     }
   }
   unlock(&W.lock);
