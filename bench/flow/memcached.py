@@ -211,7 +211,7 @@ def table3(lab, rounds, ops, conc, modes=TABLE3_MODES):
             res[m]["cpu"].append((cpu_ns(p.pid) - c0) / (ops - ops % conc))
             lab.stop(p)
             res[m]["tps"].append(tps)
-            if asp:
+            if asp and any(f.endswith(".buf") for f in os.listdir(bufs)):
                 benv = dict(os.environ, BUNKAI_FLOW_DIR=bufs)
                 dump = json.loads(sh(BUNKAI, "flow", "dump", "--json", "--summary", env=benv))
                 res[m]["bytes"].append(sum(min(b["used"], b["capacity"]) for b in dump["buffers"]))

@@ -216,25 +216,35 @@ int bkf_weave(int n, const uint64_t *sleds, const uint32_t *jp, bkf_handler h, v
 #define BKF_WEAVE_NO_VECTOR 1u
 int bkf_weave_ex(int n, const uint64_t *sleds, const uint32_t *jp, bkf_handler h, void *arg, unsigned flags);
 /* bkf_weave_ex with a guard per sled (guards[i] for sleds[i]; NULL: none).
- * A guard promises that h does nothing at that sled unless, for some k <
- * n, the value of register reg[k] at the sled is a key of table[k]
- * (get_flowid(table[k], key) != 0): h is filtered on a flow, as
- * xflow()-filtered advice, transits and quits are. The sled's stub then
- * tests the registers against each table's filter (64 Ki counters of
- * live keys by hash, kept by register/remove) before it saves anything,
- * and returns at once when no key can be in its table; h runs otherwise
- * (a filter has false positives, never false negatives). The stub uses
- * %rax, %rcx and %rdx (saved on the stack), MULX and RORX (BMI2), and no
- * instruction that writes the flags. reg is the x86 register number:
- * 0 rax, 1 rcx, 2 rdx, 3 rbx, 5 rbp, 6 rsi, 7 rdi, 8..15 r8..r15 (4,
- * %rsp, is refused: -EINVAL). n == 0 is no guard. Without BMI2, or for a
- * table without a filter, the sled is woven unguarded (correct, slower);
+ * A guard promises that h does nothing at that sled unless one of its n
+ * tests holds, each on the value of register reg[k] at the sled:
+ *   BKF_GUARD_KEY:   the value is a key of table[k] (get_flowid != 0): h is
+ *                    filtered on a flow, as xflow()-filtered advice,
+ *                    transits and quits are;
+ *   BKF_GUARD_FIELD: the value is a pointer, not NULL, to a struct whose
+ *                    width[k]-byte (1, 2, 4, 8) member at byte off[k] has
+ *                    a bit of mask[k] set: h reads a flow ID packed there
+ *                    (xout).
+ * The sled's stub then runs the tests before it saves anything and returns
+ * at once when none holds; h runs otherwise. A key test reads the table's
+ * filter (64 Ki counters of live keys by hash, kept by register/remove),
+ * which has false positives, never false negatives. The stub uses %rcx and
+ * %rdx (saved on the stack), MULX, RORX and PEXT (BMI2), and no instruction
+ * that writes the flags. reg is the x86 register number: 0 rax, 1 rcx,
+ * 2 rdx, 3 rbx, 5 rbp, 6 rsi, 7 rdi, 8..15 r8..r15 (4, %rsp, is refused:
+ * -EINVAL). n == 0 is no guard. Without BMI2, or for a table without a
+ * filter, the sled is woven unguarded (correct, slower);
  * __bunkai_flow_guarded(sled) says which. */
 #define BKF_GUARD_MAX 4
+enum { BKF_GUARD_KEY = 0, BKF_GUARD_FIELD = 1 };
 struct bkf_guard {
   uint32_t n;
+  uint8_t kind[BKF_GUARD_MAX];
   uint8_t reg[BKF_GUARD_MAX];
-  struct bkf_table *table[BKF_GUARD_MAX];
+  uint8_t width[BKF_GUARD_MAX];      /* FIELD */
+  uint32_t off[BKF_GUARD_MAX];       /* FIELD */
+  uint64_t mask[BKF_GUARD_MAX];      /* FIELD */
+  struct bkf_table *table[BKF_GUARD_MAX]; /* KEY */
 };
 int bkf_weave_guarded(int n, const uint64_t *sleds, const uint32_t *jp, bkf_handler h, void *arg, unsigned flags,
                       const struct bkf_guard *guards);

@@ -928,7 +928,7 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
 #define STUB_ENTER 6             /* offset of `push $slot` in a stub */
 #define STUB_TARGET 24           /* offset of the target in a stub */
 #define STUB_TRAMP 32            /* offset of the trampoline's address */
-#define GUARD_MAX_BYTES 256      /* one guard's code, at most */
+#define GUARD_MAX_BYTES 288      /* one guard's code and data, at most */
 
 struct wslot {
   uint64_t sled;                 /* 0: free */
@@ -1226,7 +1226,7 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
  * stub's first jump with [rsp] = the sled's return address:
  *
  *       push %rcx; push %rdx
- *   per register R and table T:
+ *   per key test, register R and table T:
  *       mov R, %rdx                   (R is %rcx/%rdx: from the stack)
  *       mulx golden(%rip), %rcx, %rdx (%rcx = low half of R * GOLDEN)
  *       rorx $48, %rcx, %rcx
@@ -1236,6 +1236,14 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
  *       jrcxz 1f                      (no live key with that hash)
  *       jmp hit
  *     1:
+ *   per field test, register R, member at OFF of width W, MASK:
+ *       mov R, %rcx                   (R is %rcx/%rdx: from the stack)
+ *       jrcxz 1f                      (NULL)
+ *       mov{zbl,zwl,l,q} OFF(%rcx), %ecx/%rcx
+ *       pext mask(%rip), %rcx, %rcx
+ *       jrcxz 1f                      (none of MASK's bits set)
+ *       jmp hit
+ *     1:
  *       pop %rdx; pop %rcx
  *       ret                           (back to the sled)
  *   hit:
@@ -1243,19 +1251,32 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
  *       jmp *enter(%rip)              (the stub's push $slot; the trampoline)
  *   enter:  .quad stub + STUB_ENTER
  *   golden: .quad GOLDEN
+ *   mask:   .quad MASK                (per field test)
  *
  * Not one of these writes the flags, so there is nothing to restore. */
 static int guard_valid(const struct bkf_guard *g) {
   if (g->n > BKF_GUARD_MAX) return 0;
-  for (uint32_t k = 0; k < g->n; k++)
-    if (g->reg[k] > 15 || g->reg[k] == 4 || !g->table[k]) return 0;
+  for (uint32_t k = 0; k < g->n; k++) {
+    if (g->reg[k] > 15 || g->reg[k] == 4) return 0;
+    if (g->kind[k] == BKF_GUARD_KEY && !g->table[k]) return 0;
+    if (g->kind[k] == BKF_GUARD_FIELD) {
+      uint8_t w = g->width[k];
+      if ((w != 1 && w != 2 && w != 4 && w != 8) || !g->mask[k] || g->off[k] > 0x7fffffff) return 0;
+      if (w < 8 && (g->mask[k] >> (8 * w))) return 0;
+    }
+    if (g->kind[k] > BKF_GUARD_FIELD) return 0;
+  }
   return 1;
 }
 
 static int guard_same(const struct bkf_guard *a, const struct bkf_guard *b) {
   if (a->n != b->n) return 0;
-  for (uint32_t k = 0; k < a->n; k++)
-    if (a->reg[k] != b->reg[k] || a->table[k] != b->table[k]) return 0;
+  for (uint32_t k = 0; k < a->n; k++) {
+    if (a->kind[k] != b->kind[k] || a->reg[k] != b->reg[k]) return 0;
+    if (a->kind[k] == BKF_GUARD_KEY && a->table[k] != b->table[k]) return 0;
+    if (a->kind[k] == BKF_GUARD_FIELD && (a->off[k] != b->off[k] || a->width[k] != b->width[k] || a->mask[k] != b->mask[k]))
+      return 0;
+  }
   return 1;
 }
 
@@ -1264,17 +1285,41 @@ static int guard_same(const struct bkf_guard *a, const struct bkf_guard *b) {
 static uint64_t guard_make(const struct bkf_guard *g, uint64_t stub) {
   if (!W.bmi2) return 0;
   for (uint32_t k = 0; k < g->n; k++)
-    if (!g->table[k]->filter) return 0;
+    if (g->kind[k] == BKF_GUARD_KEY && !g->table[k]->filter) return 0;
   if (!W.gpage.base || W.gpage.used + GUARD_MAX_BYTES > PAGE) {
     long r = sc6(SYS_mmap, 0, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (r < 0 && r > -4096) return 0;
     W.gpage.base = (uint64_t)r, W.gpage.used = 0;
   }
   uint8_t *start = (uint8_t *)(W.gpage.base + W.gpage.used), *p = start;
-  uint8_t *to_hit[BKF_GUARD_MAX], *to_golden[BKF_GUARD_MAX];
+  uint8_t *to_hit[BKF_GUARD_MAX], *to_data[BKF_GUARD_MAX];
   *p++ = 0x51, *p++ = 0x52;
   for (uint32_t k = 0; k < g->n; k++) {
     uint8_t r = g->reg[k];
+    if (g->kind[k] == BKF_GUARD_FIELD) {
+      if (r == 1) { /* mov 8(%rsp), %rcx */
+        *p++ = 0x48, *p++ = 0x8b, *p++ = 0x4c, *p++ = 0x24, *p++ = 0x08;
+      } else if (r == 2) { /* mov (%rsp), %rcx */
+        *p++ = 0x48, *p++ = 0x8b, *p++ = 0x0c, *p++ = 0x24;
+      } else { /* mov %R, %rcx */
+        *p++ = (uint8_t)(0x48 | (r >= 8 ? 0x04 : 0)), *p++ = 0x89, *p++ = (uint8_t)(0xc0 | ((r & 7) << 3) | 1);
+      }
+      uint8_t *null_jump = p;
+      *p++ = 0xe3, *p++ = 0; /* jrcxz next (set below) */
+      switch (g->width[k]) { /* load the member, zero-extended */
+      case 1: *p++ = 0x0f, *p++ = 0xb6, *p++ = 0x89; break;             /* movzbl off(%rcx),%ecx */
+      case 2: *p++ = 0x0f, *p++ = 0xb7, *p++ = 0x89; break;             /* movzwl off(%rcx),%ecx */
+      case 4: *p++ = 0x8b, *p++ = 0x89; break;                          /* mov off(%rcx),%ecx */
+      default: *p++ = 0x48, *p++ = 0x8b, *p++ = 0x89; break;            /* mov off(%rcx),%rcx */
+      }
+      p = put_le(p, g->off[k], 4);
+      *p++ = 0xc4, *p++ = 0xe2, *p++ = 0xf2, *p++ = 0xf5, *p++ = 0x0d;  /* pext mask(%rip),%rcx,%rcx */
+      to_data[k] = p, p += 4;
+      *p++ = 0xe3, *p++ = 0x05;                                         /* jrcxz over the jmp */
+      *p++ = 0xe9, to_hit[k] = p, p += 4;                               /* jmp hit */
+      null_jump[1] = (uint8_t)(p - (null_jump + 2));
+      continue;
+    }
     if (r == 1) { /* mov 8(%rsp), %rdx */
       *p++ = 0x48, *p++ = 0x8b, *p++ = 0x54, *p++ = 0x24, *p++ = 0x08;
     } else if (r == 2) { /* mov (%rsp), %rdx */
@@ -1283,7 +1328,7 @@ static uint64_t guard_make(const struct bkf_guard *g, uint64_t stub) {
       *p++ = (uint8_t)(0x48 | (r >= 8 ? 0x04 : 0)), *p++ = 0x89, *p++ = (uint8_t)(0xc0 | ((r & 7) << 3) | 2);
     }
     *p++ = 0xc4, *p++ = 0xe2, *p++ = 0xf3, *p++ = 0xf6, *p++ = 0x15;     /* mulx golden(%rip),%rcx,%rdx */
-    to_golden[k] = p, p += 4;
+    to_data[k] = p, p += 4;
     *p++ = 0xc4, *p++ = 0xe3, *p++ = 0xfb, *p++ = 0xf0, *p++ = 0xc9, *p++ = 48; /* rorx $48,%rcx,%rcx */
     *p++ = 0x0f, *p++ = 0xb7, *p++ = 0xc9;                                  /* movzwl %cx,%ecx */
     *p++ = 0x48, *p++ = 0xba, p = put_le(p, (uint64_t)(uintptr_t)g->table[k]->filter, 8); /* movabs $filter,%rdx */
@@ -1300,7 +1345,9 @@ static uint64_t guard_make(const struct bkf_guard *g, uint64_t stub) {
   p = put_le(p, GOLDEN, 8);
   for (uint32_t k = 0; k < g->n; k++) {
     put_le(to_hit[k], (uint64_t)(uint32_t)(int32_t)(hit - (to_hit[k] + 4)), 4);
-    put_le(to_golden[k], (uint64_t)(uint32_t)(int32_t)(golden - (to_golden[k] + 4)), 4);
+    uint8_t *data = golden;
+    if (g->kind[k] == BKF_GUARD_FIELD) data = p, p = put_le(p, g->mask[k], 8);
+    put_le(to_data[k], (uint64_t)(uint32_t)(int32_t)(data - (to_data[k] + 4)), 4);
   }
   W.gpage.used += ((uint64_t)(p - start) + 15) & ~15ull;
   return (uint64_t)(uintptr_t)start;

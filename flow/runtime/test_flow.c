@@ -1050,6 +1050,57 @@ static void test_weave_guard(char *note) {
   for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++)
     CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, 0, &bad[i]) == -EINVAL, "bad guard %u accepted", i);
   CHECK(guard_runs(in) == 0, "a refused weave patched the sled");
+
+  /* field tests (xout): a header whose member holds a flow ID's bits */
+  static struct {
+    uint8_t b;
+    uint8_t pad;
+    uint16_t flags;
+    uint32_t word;
+    uint64_t quad;
+  } hdr;
+  uint64_t h = (uint64_t)(uintptr_t)&hdr;
+  const struct {
+    uint8_t width;
+    uint32_t off;
+    uint64_t mask;
+  } fields[] = {{2, 2, 0xfff0}, {1, 0, 0x80}, {4, 4, 0xffff0000u}, {8, 8, 0xff00000000000000ull}};
+  for (unsigned i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    for (unsigned j = 0; j < sizeof regs; j++) {
+      struct bkf_guard g = {.n = 1, .kind = {BKF_GUARD_FIELD}, .reg = {regs[j]}, .width = {fields[i].width},
+                            .off = {fields[i].off}, .mask = {fields[i].mask}};
+      CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, BKF_WEAVE_NO_VECTOR, &g) == 0, "field guard %u", i);
+      memset(&hdr, 0, sizeof hdr);
+      uint64_t v = ~fields[i].mask & (fields[i].width == 8 ? ~0ull : (1ull << (8 * fields[i].width)) - 1);
+      memcpy((char *)&hdr + fields[i].off, &v, fields[i].width); /* every bit but the mask's */
+      CHECK(guard_runs(h) == (guarded ? 0 : 2), "field %u reg %u: no bit of the mask set, the handler ran", i, regs[j]);
+      CHECK(guard_runs(0) == (guarded ? 0 : 2), "field %u reg %u: a NULL header ran the handler", i, regs[j]);
+      v |= fields[i].mask & -fields[i].mask; /* the mask's lowest bit */
+      memcpy((char *)&hdr + fields[i].off, &v, fields[i].width);
+      CHECK(guard_runs(h) == 2, "field %u reg %u: a flow ID in the header did not reach the handler", i, regs[j]);
+      CHECK(bkf_unweave(1, &sled) == 0, "unweave");
+    }
+  }
+  /* a field test and a key test at one sled: either lets the handler run */
+  memset(&hdr, 0, sizeof hdr);
+  struct bkf_guard mixed = {.n = 2, .kind = {BKF_GUARD_FIELD, BKF_GUARD_KEY}, .reg = {3, 12}, .width = {2},
+                            .off = {2}, .mask = {0xfff0}, .table = {0, t}};
+  CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, BKF_WEAVE_NO_VECTOR, &mixed) == 0, "mixed guard");
+  CHECK(guard_runs(h) == (guarded ? 0 : 2), "mixed: neither test holds");
+  hdr.flags = 0x10;
+  CHECK(guard_runs(h) == 2, "mixed: the field test holds");
+  hdr.flags = 0;
+  register_flowid(t, (void *)h, get_new_flowid()); /* the header is a key too */
+  CHECK(guard_runs(h) == 2, "mixed: the key test holds");
+  remove_flowid(t, (void *)h);
+  CHECK(guard_runs(h) == (guarded ? 0 : 2), "mixed: the key left the flow");
+  CHECK(bkf_unweave(1, &sled) == 0, "unweave");
+  struct bkf_guard badf[] = {{.n = 1, .kind = {BKF_GUARD_FIELD}, .reg = {3}, .width = {3}, .mask = {1}},
+                             {.n = 1, .kind = {BKF_GUARD_FIELD}, .reg = {3}, .width = {2}, .mask = {0}},
+                             {.n = 1, .kind = {BKF_GUARD_FIELD}, .reg = {3}, .width = {2}, .mask = {0x10000}},
+                             {.n = 1, .kind = {2}, .reg = {3}, .table = {t}}};
+  for (unsigned i = 0; i < sizeof badf / sizeof badf[0]; i++)
+    CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, 0, &badf[i]) == -EINVAL, "bad field guard %u accepted", i);
   snprintf(note, 256, "%s; %llu handler runs", guarded ? "guards in the stub" : "no BMI2: unguarded",
            (unsigned long long)guard_calls);
 }

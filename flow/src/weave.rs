@@ -29,12 +29,24 @@ pub struct Generated {
     /// at them is filtered on a flow, so the stub may skip the handler
     /// when no guard register can hold a key of its table.
     pub guarded: usize,
+    /// Of those, the sleds whose guard reads a header member (xout); they
+    /// need the member's offset from the program's headers, and are
+    /// unguarded if the module builds only without (a bitfield).
+    pub field_guarded: usize,
 }
 
-/// What one piece of code at a join point needs from a guard: Some((xflow,
-/// register)) when it does nothing unless that register's value is a key
-/// of that xflow's table; None when it may act on any pass.
-type Guard = Option<(String, u8)>;
+/// What one piece of code at a join point needs from a guard (None: it may
+/// act on any pass).
+#[derive(Clone, PartialEq)]
+enum Test {
+    /// It does nothing unless the register's value is a key of the
+    /// xflow's table.
+    Key(String, u8),
+    /// An xout: it does nothing unless the register points to a header
+    /// whose member (struct, member, first bit, bits) holds a flow ID.
+    Field(String, String, u32, u32, u8),
+}
+type Guard = Option<Test>;
 
 /// The x86 number of a 64-bit general register holding a pointer (what a
 /// guard can test), as bkf_guard.reg has it.
@@ -200,7 +212,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                         // guard on the first is enough, if its variable is
                         // target()'s (the value of $base)
                         if close == 0 && prims.iter().any(|(q, _)| matches!(q, Prim::Target(t) if t == var)) {
-                            guard = key_reg(None).map(|r| (name.clone(), r));
+                            guard = key_reg(None).map(|r| Test::Key(name.clone(), r));
                         }
                         let idv = id.clone().unwrap_or_else(|| format!("bkf_id_{}__", c_ident(var)));
                         let _ = writeln!(c, "      bkf_id {idv} = get_flowid(T_{name}, {var});");
@@ -229,13 +241,13 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                         None => {
                             let _ = writeln!(c, "      void *key__ = {};\n      if (key__) remove_flowid({t}, key__);", key(&p.select)?);
                             // removing a key that is not there does nothing
-                            guard = key_reg(p.select.as_ref().map(|(v, _)| v.as_str())).map(|r| (x.name.clone(), r));
+                            guard = key_reg(p.select.as_ref().map(|(v, _)| v.as_str())).map(|r| Test::Key(x.name.clone(), r));
                         }
                     },
                     Part::Transit(tr) => match &tr.how {
                         How::Action(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
                         How::Local { from, to, keep } => {
-                            guard = key_reg(Some(from)).map(|r| (x.name.clone(), r));
+                            guard = key_reg(Some(from)).map(|r| Test::Key(x.name.clone(), r));
                             let _ = writeln!(c, "      void *from__ = {}, *to__ = {};", value(from)?, value(to)?);
                             let _ = writeln!(c, "      bkf_id id__ = get_flowid({t}, from__);");
                             let _ = writeln!(c, "      if (id__ && to__) {{\n        register_flowid({t}, to__, id__);");
@@ -249,7 +261,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                                 bail!("{}: the header's type comes from access(STRUCT.member) in the pointcut (add one)", u.what);
                             };
                             let mask = mask(field.size);
-                            guard = key_reg(Some(from)).map(|r| (x.name.clone(), r));
+                            guard = key_reg(Some(from)).map(|r| Test::Key(x.name.clone(), r));
                             let _ = writeln!(c, "      void *from__ = {}; struct {s} *hdr__ = {};", value(from)?, value(to)?);
                             let _ = writeln!(c, "      bkf_id id__ = get_flowid({t}, from__);");
                             let _ = writeln!(c, "      if (id__ && hdr__) {{");
@@ -272,6 +284,8 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                                 bail!("{}: the header's type comes from access(STRUCT.member) in the pointcut (add one)", u.what);
                             };
                             let mask = mask(field.size);
+                            // nothing happens unless the header holds an ID
+                            guard = key_reg(Some(from)).map(|r| Test::Field(s.clone(), field.name.clone(), field.offset, field.size, r));
                             let _ = writeln!(c, "      struct {s} *hdr__ = {}; void *to__ = {};", value(from)?, value(to)?);
                             let _ = writeln!(c, "      if (hdr__ && to__) {{");
                             let _ = writeln!(c, "        bkf_id id__ = ((uint64_t)hdr__->{f} >> {o}) & {mask};", f = field.name, o = field.offset);
@@ -294,7 +308,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     let mut src = String::new();
     let _ = writeln!(
         src,
-        "/* Generated by bunkai flow weave for {}: do not edit. */\n#include <stdint.h>\n#include \"bunkai_flow.h\"\n#include \"bunkai_mod.h\"\n",
+        "/* Generated by bunkai flow weave for {}: do not edit. */\n#include <stddef.h>\n#include <stdint.h>\n#include \"bunkai_flow.h\"\n#include \"bunkai_mod.h\"\n",
         prog.path.display()
     );
     for x in &a.xflows {
@@ -303,8 +317,10 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     let mut sleds = Vec::new();
     let mut cases = String::new();
     let mut jpidx = Vec::new();
-    let mut gspec = Vec::new(); // per sled: "{n, {regs}, {xflow indices}}"
+    let mut gspec = Vec::new(); // per sled: "{n, {kinds}, {regs}, {indices}}"
     let mut guarded = 0;
+    let mut field_guarded = 0;
+    let mut fields: Vec<(String, String, u32, u32)> = Vec::new(); // FIELD__
     let xf_index = |name: &str| a.xflows.iter().position(|x| x.name == name).unwrap_or(0);
     for (k, (ji, codes)) in blocks.iter().enumerate() {
         let jp = &prog.jps[*ji];
@@ -315,42 +331,66 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
             cases += c;
         }
         cases += "    break;\n";
-        // a guard when every piece of code here is filtered on a flow
-        let mut pairs: Vec<(usize, u8)> = Vec::new();
-        let all = codes.iter().all(|(_, g)| match g {
-            Some((x, r)) => {
-                let p = (xf_index(x), *r);
-                if !pairs.contains(&p) {
-                    pairs.push(p);
+        // a guard when every piece of code here is filtered on a flow:
+        // (kind, register, index into XF__ or FIELD__) per test
+        let mut tests: Vec<(u8, u8, usize)> = Vec::new();
+        let all = codes.iter().all(|(_, g)| {
+            let t = match g {
+                Some(Test::Key(x, r)) => (0, *r, xf_index(x)),
+                Some(Test::Field(st, m, o, n, r)) => {
+                    let f = (st.clone(), m.clone(), *o, *n);
+                    let i = fields.iter().position(|e| *e == f).unwrap_or_else(|| {
+                        fields.push(f);
+                        fields.len() - 1
+                    });
+                    (1, *r, i)
                 }
-                true
+                None => return false,
+            };
+            if !tests.contains(&t) {
+                tests.push(t);
             }
-            None => false,
+            true
         });
-        if all && pairs.len() <= 4 {
+        if all && tests.len() <= 4 {
             guarded += 1;
-            let regs: Vec<String> = pairs.iter().map(|p| p.1.to_string()).collect();
-            let xfs: Vec<String> = pairs.iter().map(|p| p.0.to_string()).collect();
-            gspec.push(format!("{{{}, {{{}}}, {{{}}}}}", pairs.len(), regs.join(", "), xfs.join(", ")));
+            if tests.iter().any(|t| t.0 == 1) {
+                field_guarded += 1;
+            }
+            let col = |f: &dyn Fn(&(u8, u8, usize)) -> String| tests.iter().map(f).collect::<Vec<_>>().join(", ");
+            gspec.push(format!("{{{}, {{{}}}, {{{}}}, {{{}}}}}", tests.len(), col(&|t| t.0.to_string()), col(&|t| t.1.to_string()), col(&|t| t.2.to_string())));
         } else {
-            gspec.push("{0, {0}, {0}}".to_string());
+            gspec.push("{0, {0}, {0}, {0}}".to_string());
         }
     }
     let list = |v: &[String]| v.join(",\n  ");
     let _ = writeln!(src, "static const uint64_t SLEDS__[{}] = {{\n  {}\n}};", sleds.len(), list(&sleds.iter().map(|s| format!("{s:#x}ull")).collect::<Vec<_>>()));
     let _ = writeln!(src, "static const uint32_t JP__[{}] = {{{}}};", jpidx.len(), jpidx.iter().map(|j| j.to_string()).collect::<Vec<_>>().join(", "));
     let _ = writeln!(src, "static uint32_t CASE__[{}];\n", sleds.len());
-    // Guards: per sled, the registers to test and the xflows whose tables
-    // they are tested against (weave --no-guard defines BKF_NO_GUARD__).
+    // Guards: per sled, the tests: the registers, and the xflows whose
+    // tables they are tested against or the header members they read
+    // (weave --no-guard defines BKF_NO_GUARD__; a module whose header
+    // member is a bitfield, which has no offsetof, BKF_NO_FIELD_GUARD__).
     let guards_arg = if guarded > 0 {
         let tables: Vec<String> = a.xflows.iter().map(|x| format!("&T_{}", x.name)).collect();
         let _ = writeln!(
             src,
-            "static const struct {{ uint8_t n, reg[BKF_GUARD_MAX], xf[BKF_GUARD_MAX]; }} GSPEC__[{}] = {{\n  {}\n}};",
+            "static const struct {{ uint8_t n, kind[BKF_GUARD_MAX], reg[BKF_GUARD_MAX], ix[BKF_GUARD_MAX]; }} GSPEC__[{}] = {{\n  {}\n}};",
             sleds.len(),
             list(&gspec)
         );
         let _ = writeln!(src, "static struct bkf_table **const XF__[] = {{{}}};", tables.join(", "));
+        if !fields.is_empty() {
+            let f: Vec<String> = fields
+                .iter()
+                .map(|(st, m, o, n)| format!("{{offsetof(struct {st}, {m}), sizeof(((struct {st} *)0)->{m}), {} << {o}}}", mask(*n)))
+                .collect();
+            let _ = writeln!(
+                src,
+                "#ifndef BKF_NO_FIELD_GUARD__\nstatic const struct {{ uint32_t off, width; uint64_t mask; }} FIELD__[] = {{\n  {}\n}};\n#endif",
+                list(&f)
+            );
+        }
         let _ = writeln!(src, "static struct bkf_guard GUARDS__[{}];\n", sleds.len());
         "BKF_GUARDS__"
     } else {
@@ -373,10 +413,19 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
         let _ = writeln!(src, "  T_{0} = bkf_table(\"{0}\");", x.name);
     }
     if guarded > 0 {
+        let field = if fields.is_empty() {
+            "GUARDS__[k].n = 0; break;".to_string()
+        } else {
+            "\n#ifdef BKF_NO_FIELD_GUARD__\n        GUARDS__[k].n = 0; break;\n#else\n        \
+             GUARDS__[k].off[i] = FIELD__[GSPEC__[k].ix[i]].off;\n        GUARDS__[k].width[i] = (uint8_t)FIELD__[GSPEC__[k].ix[i]].width;\n        \
+             GUARDS__[k].mask[i] = FIELD__[GSPEC__[k].ix[i]].mask;\n#endif\n     "
+                .to_string()
+        };
         let _ = writeln!(
             src,
             "  for (uint32_t k = 0; k < {}; k++) {{\n    GUARDS__[k].n = GSPEC__[k].n;\n    for (uint32_t i = 0; i < GSPEC__[k].n; i++) {{\n      \
-             GUARDS__[k].reg[i] = GSPEC__[k].reg[i];\n      GUARDS__[k].table[i] = *XF__[GSPEC__[k].xf[i]];\n    }}\n  }}",
+             GUARDS__[k].kind[i] = GSPEC__[k].kind[i];\n      GUARDS__[k].reg[i] = GSPEC__[k].reg[i];\n      \
+             if (GSPEC__[k].kind[i] == BKF_GUARD_KEY) GUARDS__[k].table[i] = *XF__[GSPEC__[k].ix[i]];\n      else {{ {field} }}\n    }}\n  }}",
             sleds.len()
         );
     }
@@ -390,7 +439,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     // xs__ appears twice in every module (parameter, cast to void); more
     // uses read an %xmm register from the XSAVE area
     let needs_xsave = src.matches("xs__").count() > 2;
-    Ok(Generated { source: src, sleds, needs_xsave, guarded })
+    Ok(Generated { source: src, sleds, needs_xsave, guarded, field_guarded })
 }
 
 /// What a vector-free advice module may call: the flow runtime, which is
@@ -606,17 +655,36 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
     let o = dir.join(format!("{module}.o"));
     std::fs::write(&c, &g.source)?;
     let inc = bunkai_scatter::toolchain::helper_libdir()?.join("include");
-    let compile = |extra: &[&str]| -> Result<std::process::Output> {
+    // an xout's guard needs offsetof its header member, which a bitfield
+    // has not: then those sleds are woven unguarded
+    let no_field = std::cell::Cell::new(false);
+    let compile_once = |extra: &[&str]| -> Result<std::process::Output> {
         let mut cc = std::process::Command::new("clang-14");
         cc.args(["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"]).arg(format!("-I{}", inc.display()));
         cc.args(extra);
         if a.no_guard {
             cc.arg("-DBKF_NO_GUARD__");
         }
+        if no_field.get() {
+            cc.arg("-DBKF_NO_FIELD_GUARD__");
+        }
         if let Some(f) = &a.cflags {
             cc.args(f.split_whitespace());
         }
         cc.arg(&c).arg("-o").arg(&o).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e}"))
+    };
+    let compile = |extra: &[&str]| -> Result<std::process::Output> {
+        let out = compile_once(extra)?;
+        if out.status.success() || a.no_guard || g.field_guarded == 0 || no_field.get() {
+            return Ok(out);
+        }
+        no_field.set(true);
+        let again = compile_once(extra)?;
+        if again.status.success() {
+            return Ok(again);
+        }
+        no_field.set(false);
+        Ok(out)
     };
     // First try a vector-free module: the trampoline then skips XSAVE/XRSTOR.
     let why_full = if a.full_state {
@@ -646,15 +714,27 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
         }
     }
     let trampoline = if why_full.is_some() { "full-state" } else { "vector-free" };
-    let guarded = if a.no_guard { 0 } else { g.guarded };
+    let guarded = if a.no_guard {
+        0
+    } else if no_field.get() {
+        g.guarded - g.field_guarded
+    } else {
+        g.guarded
+    };
     if a.verbose {
         if a.no_guard {
             eprintln!("bunkai flow: no guards (--no-guard): every pass through a woven sled calls the handler");
         } else {
             eprintln!(
-                "bunkai flow: {guarded} of {} sleds guarded (their code is filtered on a flow: the stub tests the key in its register against the flow's table first); the others start flows, run actions or read a header, so every pass calls the handler",
+                "bunkai flow: {guarded} of {} sleds guarded (their code is filtered on a flow: the stub tests the key in its register against the flow's table, or an xout's header member for a flow ID, first); the others start flows, run actions or keep a key where the stub cannot test it, so every pass calls the handler",
                 g.sleds.len()
             );
+            if no_field.get() {
+                eprintln!(
+                    "bunkai flow: {} xout sleds unguarded: the module does not build with offsetof their header member (a bitfield?)",
+                    g.field_guarded
+                );
+            }
         }
     }
     let mut host = bunkai_mod::proto::Host::connect(&sock)?;

@@ -1018,14 +1018,23 @@ fn weave_and_unweave_a_running_server() {
 /// woven ring program packs each packet's flow ID into its request header
 /// and the back end takes it out; the report (IDs compared on the 56 bits
 /// the header carries) follows every packet from front_alloc through
-/// front_send to back_recv, and the program's answers do not change.
+/// front_send to back_recv, and the program's answers do not change. Every
+/// sled is guarded but the start: the xout's guard reads the header member
+/// for an ID; when that member is a bitfield (no offsetof), the xout's
+/// sled is woven unguarded and the flows are the same.
 #[test]
 fn flow_ids_cross_a_ring_in_a_header_field() {
+    flow_ids_cross_the_ring(false);
+    flow_ids_cross_the_ring(true);
+}
+
+fn flow_ids_cross_the_ring(bitfield: bool) {
     use std::io::{BufRead, Write};
     let d = tempfile::tempdir().unwrap();
     let exe = d.path().join("ring");
     let progs = root().join("tests/programs/flow");
-    flow_cc("ring", &["-O2", &format!("-I{}", progs.display())], &exe);
+    let def = if bitfield { "-DRING_TAG_BITFIELD" } else { "-DRING_TAG_PLAIN" };
+    flow_cc("ring", &["-O2", def, &format!("-I{}", progs.display())], &exe);
     let bufs = d.path().join("bufs");
     std::fs::create_dir(&bufs).unwrap();
     let (mut srv, pid, mut input, mut output) = weavable_session(&exe, &bufs);
@@ -1039,8 +1048,15 @@ fn flow_ids_cross_a_ring_in_a_header_field() {
     };
     assert_eq!(ask(""), "ready\n");
     let plain = ask("go 20\n");
-    let cflags = format!("-include {}", progs.join("ring.h").display());
-    bunkai_ok(&["flow", "weave", "--pid", &pid, aspect("ring").to_str().unwrap(), "--cflags", &cflags]);
+    let cflags = format!("{def} -include {}", progs.join("ring.h").display());
+    let o = bunkai_ok(&["flow", "weave", "-v", "--pid", &pid, aspect("ring").to_str().unwrap(), "--cflags", &cflags]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let sleds: usize = out.split(" sleds (").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    // the start; the xout's two sleds (back_recv reads and clears the tag)
+    // when the member is a bitfield
+    let unguarded = if bitfield { 3 } else { 1 };
+    assert!(out.contains(&format!(" sleds ({} guarded)", sleds - unguarded)), "{out}{err}");
+    assert_eq!(err.contains("2 xout sleds unguarded"), bitfield, "{err}");
     assert_eq!(ask("go 20\n"), plain);
     bunkai_ok(&["flow", "unweave", "--pid", &pid]);
     assert_eq!(ask("go 20\n"), plain);
