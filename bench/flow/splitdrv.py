@@ -62,7 +62,7 @@ class Lab:
         subprocess.run(["ip", "netns", "delete", self.ns], capture_output=True)
         subprocess.run(["rm", "-rf", self.tmp])
 
-    def run(self, packets, bg, aspect, summary=False, weave_opts=()):
+    def run(self, packets, bg, aspect, summary=False, weave_opts=(), svg=None):
         """Both ends, the aspect woven into each (None: nothing woven), then
         the packets. Returns what each end printed, the weave lines, and the
         dump and report of the buffers."""
@@ -104,7 +104,8 @@ class Lab:
             raise SystemExit(f"flow-splitdrv: front exited {front.returncode}, back {back.returncode}")
         benv = dict(os.environ, BUNKAI_FLOW_DIR=bufs)
         dump = json.loads(sh(BUNKAI, "flow", "dump", "--json", *(["--summary"] if summary else []), env=benv)) if aspect else {"buffers": []}
-        rep = json.loads(sh(BUNKAI, "flow", "report", "--json", "--id-bits", "12", env=benv)) if aspect and not summary and "<xflow" in open(aspect).read() else None
+        pic = ["--svg", svg] if svg else []
+        rep = json.loads(sh(BUNKAI, "flow", "report", "--json", "--id-bits", "12", *pic, env=benv)) if aspect and not summary and "<xflow" in open(aspect).read() else None
         subprocess.run(["rm", "-rf", bufs, ring])
         return {"front": fo.strip(), "back": bo.strip(), "front_pid": front.pid, "woven": woven, "dump": dump,
                 "report": rep, "seconds": float(fo.split(" in ")[-1].split()[0])}
@@ -190,10 +191,11 @@ def main():
         if a.table3:
             n = a.packets if a.packets != 2000 else 100000
             return table3(lab, n, a.background or [9, 99], a.rounds, a.out or os.path.join(ROOT, "bench/results/flow-table3.md"))
-        x = lab.run(a.packets, 0, ASPECT)
+        a.out = a.out or os.path.join(ROOT, "bench/results/flow-splitdrv.md")
+        svg = os.path.splitext(a.out)[0] + ".svg"
+        x = lab.run(a.packets, 0, ASPECT, svg=svg)
     finally:
         lab.close()
-    a.out = a.out or os.path.join(ROOT, "bench/results/flow-splitdrv.md")
     rep, dump, woven, fo, bo = x["report"], x["dump"], x["woven"], x["front"], x["back"]
     front = types.SimpleNamespace(pid=x["front_pid"])
     wall = x["seconds"]
@@ -236,6 +238,8 @@ def main():
     L.append(f"Records: {recs:,} in {len(dump['buffers'])} buffers, {drops} dropped; flows: {len(flows):,}, of which "
              f"{len(crossing):,} cross from the front end to the back end.\n")
     L.append("## One packet's flow, beside the paper's Table 2\n")
+    L.append(f"The first {min(12, len(flows))} flows as a picture (`bunkai flow report --svg`): "
+             f"[{os.path.basename(svg)}]({os.path.basename(svg)}).\n")
     if sample:
         L.append("| elapsed [µs] | process | file:line | function |")
         L.append("|---:|---|---|---|")

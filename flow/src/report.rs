@@ -15,6 +15,7 @@ use crate::joinpoints::{self, JoinPoint};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -52,6 +53,12 @@ pub struct ReportArgs {
     /// Also write OpenTelemetry spans (OTLP JSON) here
     #[arg(long, value_name = "FILE")]
     pub otel: Option<PathBuf>,
+    /// Also draw the flows here as SVG: a band per flow, a lane per
+    /// process, a dot per step along the flow's own time axis, the path
+    /// between them, and where each function is first reached (the first
+    /// 12 flows, or the one --flow names)
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
     /// One JSON document instead of text
     #[arg(long)]
     pub json: bool,
@@ -224,6 +231,9 @@ pub fn report(a: &ReportArgs) -> Result<ExitCode> {
     if let Some(p) = &a.otel {
         bunkai_scatter::util::write_atomic(p, (serde_json::to_string(&otel(&bufs, &flows))? + "\n").as_bytes())?;
     }
+    if let Some(p) = &a.svg {
+        bunkai_scatter::util::write_atomic(p, svg(&bufs, &flows, SVG_FLOWS).as_bytes())?;
+    }
     if a.json {
         let v: Vec<Value> = flows
             .iter()
@@ -344,4 +354,147 @@ fn otel(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
         })
         .collect();
     json!({"resourceSpans": rs})
+}
+
+/// Flows drawn by --svg at most.
+const SVG_FLOWS: usize = 12;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// A round number of µs near t / 4, for the axis ticks.
+fn tick(t: f64) -> f64 {
+    let raw = (t / 4.0).max(1e-3);
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * p).find(|&v| v >= raw).unwrap_or(10.0 * p)
+}
+
+/// Table 2 as a picture: per flow (the first `max`), a lane per process it
+/// visits, a dot per step at its time since the flow's first step, a line
+/// through the steps in order (crossing lanes where the flow changes
+/// process), and the name of each function where the flow first reaches
+/// it, on whichever of three label rows has room.
+fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String {
+    const W: f64 = 1100.0;
+    const X0: f64 = 190.0;
+    const PW: f64 = W - X0 - 30.0;
+    const LANE: f64 = 46.0;
+    const COLOURS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"];
+    let shown: Vec<(&u64, &Vec<Step>)> = flows.iter().take(max).collect();
+    let lanes_of = |steps: &Vec<Step>| -> Vec<usize> {
+        let mut v: Vec<usize> = Vec::new();
+        for s in steps {
+            if !v.contains(&s.buf) {
+                v.push(s.buf);
+            }
+        }
+        v
+    };
+    let height: f64 = 40.0 + shown.iter().map(|(_, st)| 30.0 + LANE * lanes_of(st).len() as f64 + 26.0).sum::<f64>();
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" viewBox=\"0 0 {W} {height}\" font-family=\"monospace\" font-size=\"11\">"
+    );
+    let _ = writeln!(o, "<rect width=\"{W}\" height=\"{height}\" fill=\"white\"/>");
+    let _ = writeln!(
+        o,
+        "<text x=\"10\" y=\"20\" font-size=\"13\">bunkai flow report: {} of {} flow{}, each on its own time axis (µs since its first step)</text>",
+        shown.len(),
+        bunkai_scatter::util::commas(flows.len() as u64),
+        if flows.len() == 1 { "" } else { "s" }
+    );
+    let mut y = 40.0;
+    for (id, steps) in shown {
+        let t0 = steps[0].ns;
+        let span = (steps.last().unwrap().ns - t0) as f64 / 1e3;
+        let scale = if span > 0.0 { PW / span } else { 0.0 };
+        let lanes = lanes_of(steps);
+        let _ = writeln!(
+            o,
+            "<text x=\"10\" y=\"{}\" font-size=\"12\" font-weight=\"bold\">flow {id:#x}: {} steps, {} process{}, {span:.1} µs</text>",
+            y + 14.0,
+            steps.len(),
+            lanes.len(),
+            if lanes.len() == 1 { "" } else { "es" }
+        );
+        y += 30.0;
+        let lane_y = |buf: usize| y + LANE * lanes.iter().position(|&b| b == buf).unwrap_or(0) as f64 + LANE / 2.0;
+        for (k, &b) in lanes.iter().enumerate() {
+            let ly = y + LANE * k as f64;
+            let fill = if k % 2 == 0 { "#f7f7fa" } else { "#eeeef3" };
+            let _ = writeln!(o, "<rect x=\"{X0}\" y=\"{ly}\" width=\"{PW}\" height=\"{LANE}\" fill=\"{fill}\"/>");
+            let name = format!("{}/{} {}", bufs[b].host, bufs[b].pid, short(&bufs[b].exe));
+            let name: String = if name.chars().count() > 26 { name.chars().take(25).collect::<String>() + "~" } else { name };
+            let _ = writeln!(
+                o,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"{}\">{}</text>",
+                X0 - 8.0,
+                ly + LANE / 2.0 + 4.0,
+                COLOURS[k % COLOURS.len()],
+                esc(&name)
+            );
+        }
+        let x_of = |s: &Step| X0 + (s.ns - t0) as f64 / 1e3 * scale;
+        let pts: Vec<String> = steps.iter().map(|s| format!("{:.1},{:.1}", x_of(s), lane_y(s.buf))).collect();
+        let _ = writeln!(o, "<polyline points=\"{}\" fill=\"none\" stroke=\"#999\" stroke-width=\"1\"/>", pts.join(" "));
+        // labels: three rows per lane (above, below, further above), each
+        // keeping where its last label ended
+        let mut ends: HashMap<(usize, usize), f64> = HashMap::new();
+        let mut named: Vec<&str> = Vec::new();
+        for s in steps {
+            let (x, cy) = (x_of(s), lane_y(s.buf));
+            let k = lanes.iter().position(|&b| b == s.buf).unwrap_or(0);
+            let c = COLOURS[k % COLOURS.len()];
+            let _ = writeln!(
+                o,
+                "<circle cx=\"{x:.1}\" cy=\"{cy:.1}\" r=\"3\" fill=\"{c}\"><title>{} {}:{} +{:.3} µs</title></circle>",
+                esc(&s.function),
+                esc(short(&s.file)),
+                s.line,
+                (s.ns - t0) as f64 / 1e3
+            );
+            if named.contains(&s.function.as_str()) {
+                continue;
+            }
+            named.push(&s.function);
+            let w = 6.6 * s.function.chars().count() as f64;
+            let lx = x.min(X0 + PW - w).max(X0 + 2.0);
+            for (row, dy) in [(0, -7.0), (1, 15.0), (2, -17.0)] {
+                let end = ends.entry((k, row)).or_insert(f64::MIN);
+                if lx > *end + 4.0 {
+                    *end = lx + w;
+                    let _ = writeln!(o, "<text x=\"{lx:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#333\">{}</text>", cy + dy, esc(&s.function));
+                    break;
+                }
+            }
+        }
+        y += LANE * lanes.len() as f64;
+        // the time axis
+        let _ = writeln!(o, "<line x1=\"{X0}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#666\"/>", X0 + PW);
+        if span > 0.0 {
+            let step = tick(span);
+            let mut t = 0.0;
+            while t <= span * 1.0001 {
+                let x = X0 + t * scale;
+                let _ = writeln!(o, "<line x1=\"{x:.1}\" y1=\"{y}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"#666\"/>", y + 4.0);
+                let _ = writeln!(o, "<text x=\"{x:.1}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\" fill=\"#666\">{}</text>", y + 14.0, fmt_us(t));
+                t += step;
+            }
+        }
+        y += 26.0;
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+fn fmt_us(t: f64) -> String {
+    if t == 0.0 {
+        "0".into()
+    } else if t >= 10.0 {
+        format!("{t:.0}")
+    } else {
+        format!("{t:.2}").trim_end_matches('0').trim_end_matches('.').to_string()
+    }
 }

@@ -115,3 +115,16 @@ mod tests {
         assert!(parse_size("").is_err());
     }
 }
+
+/// Thousands separators: 1234567 -> "1,234,567".
+pub fn commas(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}

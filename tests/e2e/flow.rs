@@ -1071,6 +1071,24 @@ fn flow_ids_cross_the_ring(bitfield: bool) {
     };
     let flows = report("56");
     assert_eq!(flows.len(), 20, "{flows:?}");
+    if !bitfield {
+        // the picture: the first 12 flows, a dot per step, each function named
+        let svg = d.path().join("flows.svg");
+        let o = Command::new(bunkai())
+            .args(["flow", "report", "--id-bits", "56", "--svg", svg.to_str().unwrap()])
+            .env("BUNKAI_FLOW_DIR", &bufs)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        let pic = std::fs::read_to_string(&svg).unwrap();
+        assert!(pic.starts_with("<svg ") && pic.trim_end().ends_with("</svg>"), "{pic}");
+        assert!(pic.contains("12 of 20 flows"), "{pic}");
+        let steps: usize = flows[..12].iter().map(|f| f["steps"].as_array().unwrap().len()).sum();
+        assert_eq!(pic.matches("<circle ").count(), steps);
+        for f in ["front_alloc", "front_send", "back_recv", "back_free"] {
+            assert_eq!(pic.matches(&format!(">{f}</text>")).count(), 12, "{f} named once per flow");
+        }
+    }
     for f in &flows {
         let names: Vec<&str> = f["steps"].as_array().unwrap().iter().map(|s| s["function"].as_str().unwrap()).collect();
         let at = |n: &str| names.iter().position(|x| *x == n).unwrap_or_else(|| panic!("{n} missing: {f}"));

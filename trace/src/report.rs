@@ -722,17 +722,7 @@ pub fn estimate(
 // Text
 
 /// Thousands separators: 1234567 -> "1,234,567".
-pub fn commas(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
+pub use bunkai_scatter::util::commas;
 
 fn fcommas(v: f64) -> String {
     if v.is_finite() && v >= 0.0 {
