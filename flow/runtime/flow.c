@@ -888,23 +888,26 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
 /* ------------------------------------------------------------------ */
 /* Weaving: stubs, the common trampoline, patching (bunkai_flow.h §4)  */
 /*
- * Every sled that is ever woven gets a slot and a 40-byte stub in a page of
- * ours within rel32 reach of the sled:
+ * Every sled that is ever woven gets a slot and a 24-byte stub in a region
+ * of ours (2 MiB, in a transparent huge page when the kernel gives one)
+ * within rel32 reach of the sled:
  *
- *     0   jmp *24(%rip-relative)     to the target
- *     6   push $slot                 "enter": the trampoline's way in
- *     11  jmp *32(%rip-relative)     __bunkai_flow_tramp
- *     24  .quad target               enter, or the slot's guard
- *     32  .quad __bunkai_flow_tramp
+ *     0   push $slot
+ *     5   jmp *16(%rip-relative)     to the target
+ *     16  .quad target               __bunkai_flow_tramp, or a guard
  *
- * The guard (bkf_weave_guarded) is code made for the slot that tests the
- * guard registers against their tables' filters and returns straight to
- * the sled when no key can be in a table, before anything is saved; it
- * jumps to enter otherwise. A weave stores the target (one aligned
- * 8-byte store) before it patches the sled. Slots, stubs, guards and
- * pages are never given back: a thread may sit between a sled's `66 90` and
- * its call when the sled is unwoven, and the call must still land
- * somewhere harmless (the trampoline finds no handler). The trampoline saves the general registers, the flags
+ * A guard (bkf_weave_guarded) is code made once per distinct bkf_guard and
+ * shared by every stub that needs those tests: it tests the registers
+ * against the tables' filters (or a header member) and returns straight to
+ * the sled when no test holds, before anything is saved; it jumps to the
+ * trampoline otherwise. Per pass, a guarded sled touches its stub (three
+ * to a cache line) and code every sled of the aspect shares: a server
+ * woven at thousands of sleds passes hundreds per request, and code of its
+ * own for each would be a cache miss at each. A weave stores the target
+ * (one aligned 8-byte store) before it patches the sled. Slots, stubs,
+ * guards and regions are never given back: a thread may sit between a
+ * sled's `66 90` and its call when the sled is unwoven, and the call must
+ * still land somewhere harmless (the trampoline finds no handler).
  * and (XSAVE, every component the OS enabled) the vector state, then calls
  * the slot's handler if one is set. Handlers are published and cleared with
  * seq_cst stores. bkf_unweave returns only when no thread can still be
@@ -924,10 +927,10 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
  * the steps when the kernel has it. One weave or unweave at a time. */
 
 #define WEAVE_SLOTS 65536
-#define STUB_SIZE 40
-#define STUB_ENTER 6             /* offset of `push $slot` in a stub */
-#define STUB_TARGET 24           /* offset of the target in a stub */
-#define STUB_TRAMP 32            /* offset of the trampoline's address */
+#define STUB_SIZE 24
+#define STUB_REGION (2ull << 20) /* stubs are allocated in regions of this size, aligned */
+#define STUB_TARGET 16           /* offset of the target in a stub */
+#define GUARD_CODES 4096         /* distinct guards per process, at most */
 #define GUARD_MAX_BYTES 288      /* one guard's code and data, at most */
 
 struct wslot {
@@ -936,8 +939,6 @@ struct wslot {
   bkf_handler h;                 /* seq_cst */
   void *arg;
   uint32_t jp;
-  uint64_t guard;                /* the last guard made for this slot (0: none) */
-  struct bkf_guard gspec;        /* what it tests */
 };
 
 struct wpage {
@@ -960,9 +961,11 @@ static struct {
   struct tcount *threads;        /* THREAD_SLOTS, open addressing on the thread pointer */
   uint32_t *index;               /* sled -> slot + 1, open addressing, 2 * WEAVE_SLOTS */
   uint32_t nslots;
-  struct wpage pages[256];
+  struct wpage pages[256];       /* stub regions (STUB_REGION bytes each) */
   uint32_t npages;
   struct wpage gpage;            /* where the next guard goes */
+  struct { struct bkf_guard spec; uint64_t code; } *guards; /* GUARD_CODES, made so far */
+  uint32_t nguards;
   int bmi2;                      /* MULX and RORX: guards possible */
   uint64_t inflight;
 } W;
@@ -1111,7 +1114,7 @@ static COLD int weave_setup(void) {
   __bunkai_flow_xlo = lo, __bunkai_flow_xhi = hi;
   __bunkai_flow_xsize = ((uint64_t)b + 63) / 64 * 64 + 64;
   uint64_t bytes = THREAD_SLOTS * sizeof(struct tcount) + WEAVE_SLOTS * sizeof(struct wslot) +
-                   2 * WEAVE_SLOTS * sizeof(uint32_t) + WEAVE_SLOTS;
+                   2 * WEAVE_SLOTS * sizeof(uint32_t) + WEAVE_SLOTS + 8 + GUARD_CODES * sizeof(*W.guards);
   long r = sc6(SYS_mmap, 0, (long)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r < 0 && r > -4096) {
     W.ready = -1;
@@ -1121,6 +1124,7 @@ static COLD int weave_setup(void) {
   W.slots = (struct wslot *)(W.threads + THREAD_SLOTS);
   W.index = (uint32_t *)(W.slots + WEAVE_SLOTS);
   __bunkai_flow_modes = (uint8_t *)(W.index + 2 * WEAVE_SLOTS);
+  W.guards = (void *)((uintptr_t)(__bunkai_flow_modes + WEAVE_SLOTS + 7) & ~(uintptr_t)7);
   W.membarrier = sc3(SYS_membarrier, MEMBARRIER_REGISTER_SYNC_CORE, 0, 0) == 0;
   W.fast = sc3(SYS_membarrier, MEMBARRIER_REGISTER_EXPEDITED, 0, 0) == 0;
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
@@ -1159,36 +1163,36 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
   if (W.nslots == WEAVE_SLOTS) return 0;
   struct wpage *pg = 0;
   for (uint32_t i = 0; i < W.npages && !pg; i++)
-    if (W.pages[i].used + STUB_SIZE <= PAGE && in_reach(sled + 7, W.pages[i].base) &&
-        in_reach(sled + 7, W.pages[i].base + PAGE))
+    if (W.pages[i].used + STUB_SIZE <= STUB_REGION && in_reach(sled + 7, W.pages[i].base) &&
+        in_reach(sled + 7, W.pages[i].base + STUB_REGION))
       pg = &W.pages[i];
   if (!pg) {
     if (W.npages == sizeof W.pages / sizeof W.pages[0]) return 0;
-    /* the first free page at or above the sled's, in 1 MiB steps, then below */
+    /* the first free aligned region above the sled's, in region steps,
+     * then below */
     uint64_t base = 0;
     for (int64_t step = 1; step < 1024 && !base; step++) {
       for (int dir = 1; dir >= -1 && !base; dir -= 2) {
-        uint64_t hint = ((sled & ~(uint64_t)(PAGE - 1)) + (uint64_t)(dir * step) * (1ull << 20));
-        if (!in_reach(sled + 7, hint) || !in_reach(sled + 7, hint + PAGE)) continue;
-        long r = sc6(SYS_mmap, (long)hint, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC,
+        uint64_t hint = ((sled & ~(STUB_REGION - 1)) + (uint64_t)(dir * step) * STUB_REGION);
+        if (!in_reach(sled + 7, hint) || !in_reach(sled + 7, hint + STUB_REGION)) continue;
+        long r = sc6(SYS_mmap, (long)hint, (long)STUB_REGION, PROT_READ | PROT_WRITE | PROT_EXEC,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
         if (r == (long)hint) base = hint;
-        else if (r > 0) sc2(SYS_munmap, r, PAGE); /* old kernels: a hint, not fixed */
+        else if (r > 0) sc2(SYS_munmap, r, (long)STUB_REGION); /* old kernels: a hint, not fixed */
       }
     }
     if (!base) return 0;
+    sc3(SYS_madvise, base, STUB_REGION, MADV_HUGEPAGE); /* one iTLB entry for every stub and guard in it */
     pg = &W.pages[W.npages++];
     pg->base = base, pg->used = 0;
   }
   uint32_t n = W.nslots;
   uint8_t *st = (uint8_t *)(pg->base + pg->used), *p = st;
-  *p++ = 0xff, *p++ = 0x25, p = put_le(p, STUB_TARGET - 6, 4);  /* jmp *target(%rip) */
-  *p++ = 0x68, p = put_le(p, n, 4);                             /* enter: push $slot (sign-extended imm32) */
-  *p++ = 0xff, *p++ = 0x25, p = put_le(p, STUB_TRAMP - 17, 4);  /* jmp *tramp(%rip) */
+  *p++ = 0x68, p = put_le(p, n, 4);                             /* push $slot (sign-extended imm32) */
+  *p++ = 0xff, *p++ = 0x25, p = put_le(p, STUB_TARGET - 11, 4); /* jmp *target(%rip) */
   while (p < st + STUB_TARGET) *p++ = 0xcc;                     /* int3 */
   extern char __bunkai_flow_tramp[];
-  put_le(p, (uint64_t)(uintptr_t)(st + STUB_ENTER), 8);
-  put_le(p + 8, (uint64_t)(uintptr_t)__bunkai_flow_tramp, 8);
+  put_le(p, (uint64_t)(uintptr_t)__bunkai_flow_tramp, 8);
   pg->used += STUB_SIZE;
   W.slots[n].sled = sled;
   W.slots[n].stub = (uint64_t)(uintptr_t)st;
@@ -1222,8 +1226,8 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
   return (int)sc3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC | (on ? PROT_WRITE : 0));
 }
 
-/* Guards (bunkai_flow.h §4). A guard is code of ours, reached from the
- * stub's first jump with [rsp] = the sled's return address:
+/* Guards (bunkai_flow.h §4). A guard is code of ours, reached from a
+ * stub's jump with [rsp] = the slot, [rsp+8] = the sled's return address:
  *
  *       push %rcx; push %rdx
  *   per key test, register R and table T:
@@ -1245,11 +1249,12 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
  *       jmp hit
  *     1:
  *       pop %rdx; pop %rcx
+ *       lea 8(%rsp), %rsp             (the slot)
  *       ret                           (back to the sled)
  *   hit:
  *       pop %rdx; pop %rcx
- *       jmp *enter(%rip)              (the stub's push $slot; the trampoline)
- *   enter:  .quad stub + STUB_ENTER
+ *       jmp *tramp(%rip)              (the trampoline, the slot on the stack)
+ *   tramp:  .quad __bunkai_flow_tramp
  *   golden: .quad GOLDEN
  *   mask:   .quad MASK                (per field test)
  *
@@ -1280,10 +1285,12 @@ static int guard_same(const struct bkf_guard *a, const struct bkf_guard *b) {
   return 1;
 }
 
-/* The guard code for g (n > 0) in front of stub, or 0: no BMI2, a table
- * without a filter, no memory. */
-static uint64_t guard_make(const struct bkf_guard *g, uint64_t stub) {
-  if (!W.bmi2) return 0;
+/* The guard code for g (n > 0), made now or found among those made, or
+ * 0: no BMI2, a table without a filter, no memory, too many guards. */
+static uint64_t guard_make(const struct bkf_guard *g) {
+  for (uint32_t i = 0; i < W.nguards; i++)
+    if (guard_same(&W.guards[i].spec, g)) return W.guards[i].code;
+  if (!W.bmi2 || W.nguards == GUARD_CODES) return 0;
   for (uint32_t k = 0; k < g->n; k++)
     if (g->kind[k] == BKF_GUARD_KEY && !g->table[k]->filter) return 0;
   if (!W.gpage.base || W.gpage.used + GUARD_MAX_BYTES > PAGE) {
@@ -1336,11 +1343,14 @@ static uint64_t guard_make(const struct bkf_guard *g, uint64_t stub) {
     *p++ = 0xe3, *p++ = 0x05;                                               /* jrcxz over the jmp */
     *p++ = 0xe9, to_hit[k] = p, p += 4;                                     /* jmp hit */
   }
-  *p++ = 0x5a, *p++ = 0x59, *p++ = 0xc3; /* pop %rdx; pop %rcx; ret */
+  *p++ = 0x5a, *p++ = 0x59;                                        /* pop %rdx; pop %rcx */
+  *p++ = 0x48, *p++ = 0x8d, *p++ = 0x64, *p++ = 0x24, *p++ = 0x08; /* lea 8(%rsp),%rsp */
+  *p++ = 0xc3;                                                     /* ret */
   uint8_t *hit = p;
   *p++ = 0x5a, *p++ = 0x59;
-  *p++ = 0xff, *p++ = 0x25, p = put_le(p, 0, 4); /* jmp *enter(%rip): the quad right after */
-  p = put_le(p, stub + STUB_ENTER, 8);
+  *p++ = 0xff, *p++ = 0x25, p = put_le(p, 0, 4); /* jmp *tramp(%rip): the quad right after */
+  extern char __bunkai_flow_tramp[];
+  p = put_le(p, (uint64_t)(uintptr_t)__bunkai_flow_tramp, 8);
   uint8_t *golden = p;
   p = put_le(p, GOLDEN, 8);
   for (uint32_t k = 0; k < g->n; k++) {
@@ -1349,21 +1359,20 @@ static uint64_t guard_make(const struct bkf_guard *g, uint64_t stub) {
     if (g->kind[k] == BKF_GUARD_FIELD) data = p, p = put_le(p, g->mask[k], 8);
     put_le(to_data[k], (uint64_t)(uint32_t)(int32_t)(data - (to_data[k] + 4)), 4);
   }
-  W.gpage.used += ((uint64_t)(p - start) + 15) & ~15ull;
+  W.gpage.used += ((uint64_t)(p - start) + 63) & ~63ull; /* each on cache lines of its own */
+  W.guards[W.nguards].spec = *g;
+  W.guards[W.nguards].code = (uint64_t)(uintptr_t)start;
+  W.nguards++;
   return (uint64_t)(uintptr_t)start;
 }
 
-/* Where slot's stub jumps for guard g (NULL or n == 0: enter, the
- * trampoline). */
-static uint64_t stub_target(uint32_t slot, const struct bkf_guard *g) {
-  struct wslot *s = &W.slots[slot];
-  uint64_t enter = s->stub + STUB_ENTER;
-  if (!g || g->n == 0) return enter;
-  if (s->guard && guard_same(&s->gspec, g)) return s->guard; /* woven again the same way */
-  uint64_t code = guard_make(g, s->stub);
-  if (!code) return enter;
-  s->guard = code, s->gspec = *g;
-  return code;
+/* Where a stub jumps for guard g (NULL or n == 0: the trampoline). */
+static uint64_t stub_target(const struct bkf_guard *g) {
+  extern char __bunkai_flow_tramp[];
+  uint64_t tramp = (uint64_t)(uintptr_t)__bunkai_flow_tramp;
+  if (!g || g->n == 0) return tramp;
+  uint64_t code = guard_make(g);
+  return code ? code : tramp;
 }
 
 /* 1 if sled's stub goes through a guard now, 0 if straight to the
@@ -1374,8 +1383,9 @@ API int __bunkai_flow_guarded(uint64_t sled) {
   if (W.ready > 0) {
     uint32_t *ix = index_of(sled);
     if (*ix) {
+      extern char __bunkai_flow_tramp[];
       uint64_t stub = W.slots[*ix - 1].stub;
-      r = __atomic_load_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), __ATOMIC_RELAXED) != stub + STUB_ENTER;
+      r = __atomic_load_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), __ATOMIC_RELAXED) != (uint64_t)(uintptr_t)__bunkai_flow_tramp;
     }
   }
   unlock(&W.lock);
@@ -1435,7 +1445,7 @@ API int bkf_weave_guarded(int n, const uint64_t *sleds, const uint32_t *jps, bkf
     __atomic_store_n(&__bunkai_flow_modes[slot], (uint8_t)(flags & BKF_WEAVE_NO_VECTOR), __ATOMIC_SEQ_CST);
     __atomic_store_n(&W.slots[slot].h, h, __ATOMIC_SEQ_CST);
     __atomic_store_n((uint64_t *)(uintptr_t)(W.slots[slot].stub + STUB_TARGET),
-                     stub_target(slot, guards ? &guards[i] : 0), __ATOMIC_SEQ_CST);
+                     stub_target(guards ? &guards[i] : 0), __ATOMIC_SEQ_CST);
   }
   /* (1) the jump form over the nop; (2) sync; (3) bytes 2..10; (4) sync;
    * (5) 66 90 */
