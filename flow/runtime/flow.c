@@ -888,9 +888,10 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
 /* ------------------------------------------------------------------ */
 /* Weaving: stubs, the common trampoline, patching (bunkai_flow.h §4)  */
 /*
- * Every sled that is ever woven gets a slot and a 24-byte stub in a region
- * of ours (2 MiB, in a transparent huge page when the kernel gives one)
- * within rel32 reach of the sled:
+ * Every sled that is ever woven gets a slot and a 24-byte stub in a page of
+ * ours within rel32 reach of the sled, below the program's text when there
+ * is room (above it the heap grows; a 2 MiB region there, in a huge page,
+ * made the split driver's woven runs 6% slower):
  *
  *     0   push $slot
  *     5   jmp *16(%rip-relative)     to the target
@@ -928,7 +929,7 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
 
 #define WEAVE_SLOTS 65536
 #define STUB_SIZE 24
-#define STUB_REGION (2ull << 20) /* stubs are allocated in regions of this size, aligned */
+#define STUB_REGION 4096ull      /* stubs are allocated in pages of this size */
 #define STUB_TARGET 16           /* offset of the target in a stub */
 #define GUARD_CODES 4096         /* distinct guards per process, at most */
 #define GUARD_MAX_BYTES 288      /* one guard's code and data, at most */
@@ -1168,12 +1169,11 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
       pg = &W.pages[i];
   if (!pg) {
     if (W.npages == sizeof W.pages / sizeof W.pages[0]) return 0;
-    /* the first free aligned region above the sled's, in region steps,
-     * then below */
+    /* the first free page below the sled's, in 1 MiB steps, then above */
     uint64_t base = 0;
     for (int64_t step = 1; step < 1024 && !base; step++) {
-      for (int dir = 1; dir >= -1 && !base; dir -= 2) {
-        uint64_t hint = ((sled & ~(STUB_REGION - 1)) + (uint64_t)(dir * step) * STUB_REGION);
+      for (int dir = -1; dir <= 1 && !base; dir += 2) {
+        uint64_t hint = ((sled & ~(STUB_REGION - 1)) + (uint64_t)(dir * step) * (1ull << 20));
         if (!in_reach(sled + 7, hint) || !in_reach(sled + 7, hint + STUB_REGION)) continue;
         long r = sc6(SYS_mmap, (long)hint, (long)STUB_REGION, PROT_READ | PROT_WRITE | PROT_EXEC,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
@@ -1182,7 +1182,6 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
       }
     }
     if (!base) return 0;
-    sc3(SYS_madvise, base, STUB_REGION, MADV_HUGEPAGE); /* one iTLB entry for every stub and guard in it */
     pg = &W.pages[W.npages++];
     pg->base = base, pg->used = 0;
   }
