@@ -11,7 +11,7 @@ BUILD   := $(CURDIR)/build
 CARGO   ?= cargo
 JOBS    ?= $(shell nproc)
 
-.PHONY: all native cli deps demo test unit e2e bench clean fetch-sqlite fetch-memcached
+.PHONY: all native cli deps demo test unit e2e bench clean fetch-sqlite fetch-memcached fetch-apache
 
 all: native cli
 
@@ -36,6 +36,11 @@ fetch-sqlite:
 fetch-memcached: all
 	@bash scripts/fetch-memcached.sh $(BUILD)/third_party/memcached
 
+# flow's Table 3 on the paper's own server: Debian's apache2, plain and with
+# flow cc (benchmarks only).
+fetch-apache: all
+	@bash scripts/fetch-apache.sh $(BUILD)/third_party/apache2
+
 # The main job: scatter SQLite (shell and library), demo1 and demo2, show
 # the paper's Tables 3-5 beside ours.
 demo: deps all
@@ -50,7 +55,7 @@ e2e: all fetch-sqlite fetch-memcached
 test: all fetch-sqlite fetch-memcached
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release --workspace -- --test-threads=2
 
-bench: all fetch-sqlite fetch-memcached
+bench: all fetch-sqlite fetch-memcached fetch-apache
 	@bash bench/scatter/run.sh
 	@bash bench/mod/run.sh
 	@bash bench/trace/run.sh

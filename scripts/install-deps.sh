@@ -21,6 +21,7 @@ PKGS=(
   cmake ninja-build make pkg-config                  # build of the C/C++ parts
   dpkg-dev tcl                                       # apt-get source; SQLite's amalgamation needs tclsh
   libevent-dev libmemcached-tools                    # flow case study: memcached from source (libevent), memcaslap load
+  libapr1-dev libaprutil1-dev libpcre2-dev apache2-utils # flow Table 3 on Apache from source (APR, PCRE2), ab load
   ca-certificates curl python3
 )
 

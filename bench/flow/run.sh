@@ -3,7 +3,8 @@
 # runtime, with the paper's figures beside ours, baselines measured in the
 # same runs and the targets of issue 7, written to bench/results/flow-micro.md;
 # then weaving speed (flow-patch.md), Debian's memcached (flow-memcached.md),
-# and the split driver's Tables 2 and 3 (flow-splitdrv.md, flow-table3.md).
+# Apache (flow-apache.md), and the split driver's Tables 2 and 3
+# (flow-splitdrv.md, flow-table3.md).
 #   bench/flow/run.sh [--quick] [--runs N]
 # Each run is a fresh process; a row's figure is the run whose mean is the
 # median of the runs (the machine is shared: single runs wander). About a
@@ -45,6 +46,8 @@ cat bench/results/flow-micro.md
 python3 bench/flow/patch.py --out bench/results/flow-patch.md
 # The real server: Debian's memcached (make fetch-memcached), with memcaslap.
 python3 bench/flow/memcached.py > /dev/null
+# The paper's own server: Debian's apache2 (make fetch-apache), with ab.
+python3 bench/flow/apache.py > /dev/null
 # The split-driver case study (Table 2's shape), root only.
 if [ "$(id -u)" = 0 ]; then
   python3 bench/flow/splitdrv.py > /dev/null
