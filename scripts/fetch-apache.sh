@@ -58,26 +58,9 @@ fi
 # --- 1. the source package ------------------------------------------------
 SRC="$WORK/src"
 if [ ! -f "$SRC/server/main.c" ]; then
-    bash "$ROOT/scripts/enable-deb-src.sh" >/dev/null
-    rm -rf "$WORK" && mkdir -p "$WORK"
     log "apt-get source apache2"
-    # The newest source version first; a mirror may lack it (seen here: the
-    # security update's files answering 404), so then each older version
-    # the package lists know, newest first.
-    (
-        cd "$WORK"
-        apt-get source --download-only -qq apache2 && exit 0
-        apt-get update -qq && apt-get source --download-only -qq apache2 && exit 0
-        for v in $(apt-cache showsrc apache2 | sed -n 's/^Version: //p' | sort -rV | uniq); do
-            rm -f apache2_*
-            apt-get source --download-only -qq "apache2=$v" && exit 0
-        done
-        exit 1
-    ) >"$LOG" 2>&1 || { tail -n 30 "$LOG" >&2; die "apt-get source apache2 failed (is deb-src enabled? run scripts/install-deps.sh)"; }
-    DSC="$(ls "$WORK"/apache2_*.dsc | head -n 1)"
-    (cd "$WORK" && dpkg-source -x "$DSC" src.tmp && mv src.tmp src) >>"$LOG" 2>&1 \
-        || { tail -n 30 "$LOG" >&2; die "dpkg-source -x failed"; }
-    basename "$DSC" .dsc | sed 's/^apache2_//' >"$DEST/DEBIAN_VERSION"
+    : >"$LOG"
+    bash "$ROOT/scripts/debian-source.sh" apache2 "$WORK" "$LOG" >"$DEST/DEBIAN_VERSION" || die "could not fetch the apache2 source package"
     (cd "$SRC" && awk '/define AP_SERVER_MAJORVERSION_NUMBER/{a=$3} /define AP_SERVER_MINORVERSION_NUMBER/{b=$3} /define AP_SERVER_PATCHLEVEL_NUMBER/{c=$3} END{print a"."b"."c}' include/ap_release.h) >"$DEST/VERSION"
 fi
 

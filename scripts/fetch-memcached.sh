@@ -59,26 +59,9 @@ fi
 # --- 1. the source package ------------------------------------------------
 SRC="$WORK/src"
 if [ ! -f "$SRC/memcached.c" ]; then
-    bash "$ROOT/scripts/enable-deb-src.sh" >/dev/null
-    rm -rf "$WORK" && mkdir -p "$WORK"
     log "apt-get source memcached"
-    # The newest source version first; a mirror may lack it (seen: a
-    # security update's files answering 404), so then each older version
-    # the package lists know, newest first.
-    (
-        cd "$WORK"
-        apt-get source --download-only -qq memcached && exit 0
-        apt-get update -qq && apt-get source --download-only -qq memcached && exit 0
-        for v in $(apt-cache showsrc memcached | sed -n 's/^Version: //p' | sort -rV | uniq); do
-            rm -f memcached_*
-            apt-get source --download-only -qq "memcached=$v" && exit 0
-        done
-        exit 1
-    ) >"$LOG" 2>&1 || { tail -n 30 "$LOG" >&2; die "apt-get source memcached failed (is deb-src enabled? run scripts/install-deps.sh)"; }
-    DSC="$(ls "$WORK"/memcached_*.dsc | head -n 1)"
-    (cd "$WORK" && dpkg-source -x "$DSC" src.tmp && mv src.tmp src) >>"$LOG" 2>&1 \
-        || { tail -n 30 "$LOG" >&2; die "dpkg-source -x failed"; }
-    basename "$DSC" .dsc | sed 's/^memcached_//' >"$DEST/DEBIAN_VERSION"
+    : >"$LOG"
+    bash "$ROOT/scripts/debian-source.sh" memcached "$WORK" "$LOG" >"$DEST/DEBIAN_VERSION" || die "could not fetch the memcached source package"
     (cd "$SRC" && sed -n 's/^PACKAGE_VERSION=.\([0-9.]*\).*/\1/p' configure | head -n 1) >"$DEST/VERSION"
 fi
 

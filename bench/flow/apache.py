@@ -23,7 +23,7 @@ its files and ends its servers, also when interrupted.
 """
 import argparse, json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
-from common import sh, write_result
+from common import cpu_ns, sh, write_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
@@ -35,17 +35,6 @@ PRELOAD = f"{LIB}/libbunkai-host.so {LIB}/libbunkai-flow.so"
 
 def log(msg):
     print(f"flow-apache: {msg}", file=sys.stderr, flush=True)
-
-
-def cpu_ns(pid):
-    """CPU time the process's threads have run, in ns (schedstat)."""
-    t = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            t += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return t
 
 
 class Lab:

@@ -18,3 +18,14 @@ def write_result(path, lines):
         f.write(text)
     os.replace(tmp, path)
     return text
+
+
+def cpu_ns(pid):
+    """CPU time the process's threads have run, in ns (schedstat)."""
+    t = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            t += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return t

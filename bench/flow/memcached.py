@@ -27,7 +27,7 @@ loopback is used; every server started is stopped, also when interrupted.
 """
 import argparse, json, os, re, signal, socket, statistics, subprocess, sys, tempfile, time
 
-from common import sh, write_result
+from common import cpu_ns, sh, write_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
@@ -95,17 +95,6 @@ class Lab:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-def cpu_ns(pid):
-    """CPU time the process's threads have run, in ns (schedstat)."""
-    t = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            t += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return t
 
 
 def memcaslap(port, ops, conc):
