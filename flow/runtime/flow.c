@@ -906,7 +906,7 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
  * woven at thousands of sleds passes hundreds per request, and code of its
  * own for each would be a cache miss at each. A weave stores the target
  * (one aligned 8-byte store) before it patches the sled. Slots, stubs,
- * guards and regions are never given back: a thread may sit between a
+ * guards and their pages are never given back: a thread may sit between a
  * sled's `66 90` and its call when the sled is unwoven, and the call must
  * still land somewhere harmless (the trampoline finds no handler).
  * and (XSAVE, every component the OS enabled) the vector state, then calls
@@ -928,8 +928,9 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
  * the steps when the kernel has it. One weave or unweave at a time. */
 
 #define WEAVE_SLOTS 65536
+extern char __bunkai_flow_tramp[]; /* below, in asm */
+#define TRAMP ((uint64_t)(uintptr_t)__bunkai_flow_tramp)
 #define STUB_SIZE 24
-#define STUB_REGION 4096ull      /* stubs are allocated in pages of this size */
 #define STUB_TARGET 16           /* offset of the target in a stub */
 #define GUARD_CODES 4096         /* distinct guards per process, at most */
 #define GUARD_MAX_BYTES 288      /* one guard's code and data, at most */
@@ -962,7 +963,7 @@ static struct {
   struct tcount *threads;        /* THREAD_SLOTS, open addressing on the thread pointer */
   uint32_t *index;               /* sled -> slot + 1, open addressing, 2 * WEAVE_SLOTS */
   uint32_t nslots;
-  struct wpage pages[256];       /* stub regions (STUB_REGION bytes each) */
+  struct wpage pages[256];       /* stub pages */
   uint32_t npages;
   struct wpage gpage;            /* where the next guard goes */
   struct { struct bkf_guard spec; uint64_t code; } *guards; /* GUARD_CODES, made so far */
@@ -1147,6 +1148,18 @@ static uint8_t *put_le(uint8_t *p, uint64_t v, int n) {
   return p;
 }
 
+/* In a guard, after `push %rcx; push %rdx`: emits `mov R, D` for D %rcx (1)
+ * or %rdx (2), R's value as at the sled (%rcx and %rdx from the stack, at
+ * 8(%rsp) and 0(%rsp)). */
+static uint8_t *guard_mov(uint8_t *p, uint8_t r, uint8_t d) {
+  if (r == 1 || r == 2) { /* mov disp8(%rsp), D */
+    *p++ = 0x48, *p++ = 0x8b, *p++ = (uint8_t)(0x44 | (d << 3)), *p++ = 0x24, *p++ = (uint8_t)(r == 1 ? 8 : 0);
+  } else { /* mov %R, D */
+    *p++ = (uint8_t)(0x48 | (r >= 8 ? 0x04 : 0)), *p++ = 0x89, *p++ = (uint8_t)(0xc0 | ((r & 7) << 3) | d);
+  }
+  return p;
+}
+
 /* Where sled is, or goes, in the index. */
 static uint32_t *index_of(uint64_t sled) {
   uint64_t m = 2 * WEAVE_SLOTS - 1, i = ((sled >> 1) * 0x9E3779B97F4A7C15ull >> 40) & m;
@@ -1164,8 +1177,8 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
   if (W.nslots == WEAVE_SLOTS) return 0;
   struct wpage *pg = 0;
   for (uint32_t i = 0; i < W.npages && !pg; i++)
-    if (W.pages[i].used + STUB_SIZE <= STUB_REGION && in_reach(sled + 7, W.pages[i].base) &&
-        in_reach(sled + 7, W.pages[i].base + STUB_REGION))
+    if (W.pages[i].used + STUB_SIZE <= PAGE && in_reach(sled + 7, W.pages[i].base) &&
+        in_reach(sled + 7, W.pages[i].base + PAGE))
       pg = &W.pages[i];
   if (!pg) {
     if (W.npages == sizeof W.pages / sizeof W.pages[0]) return 0;
@@ -1173,12 +1186,12 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
     uint64_t base = 0;
     for (int64_t step = 1; step < 1024 && !base; step++) {
       for (int dir = -1; dir <= 1 && !base; dir += 2) {
-        uint64_t hint = ((sled & ~(STUB_REGION - 1)) + (uint64_t)(dir * step) * (1ull << 20));
-        if (!in_reach(sled + 7, hint) || !in_reach(sled + 7, hint + STUB_REGION)) continue;
-        long r = sc6(SYS_mmap, (long)hint, (long)STUB_REGION, PROT_READ | PROT_WRITE | PROT_EXEC,
+        uint64_t hint = ((sled & ~(uint64_t)(PAGE - 1)) + (uint64_t)(dir * step) * (1ull << 20));
+        if (!in_reach(sled + 7, hint) || !in_reach(sled + 7, hint + PAGE)) continue;
+        long r = sc6(SYS_mmap, (long)hint, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
         if (r == (long)hint) base = hint;
-        else if (r > 0) sc2(SYS_munmap, r, (long)STUB_REGION); /* old kernels: a hint, not fixed */
+        else if (r > 0) sc2(SYS_munmap, r, PAGE); /* old kernels: a hint, not fixed */
       }
     }
     if (!base) return 0;
@@ -1190,8 +1203,7 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
   *p++ = 0x68, p = put_le(p, n, 4);                             /* push $slot (sign-extended imm32) */
   *p++ = 0xff, *p++ = 0x25, p = put_le(p, STUB_TARGET - 11, 4); /* jmp *target(%rip) */
   while (p < st + STUB_TARGET) *p++ = 0xcc;                     /* int3 */
-  extern char __bunkai_flow_tramp[];
-  put_le(p, (uint64_t)(uintptr_t)__bunkai_flow_tramp, 8);
+  put_le(p, TRAMP, 8);
   pg->used += STUB_SIZE;
   W.slots[n].sled = sled;
   W.slots[n].stub = (uint64_t)(uintptr_t)st;
@@ -1303,13 +1315,7 @@ static uint64_t guard_make(const struct bkf_guard *g) {
   for (uint32_t k = 0; k < g->n; k++) {
     uint8_t r = g->reg[k];
     if (g->kind[k] == BKF_GUARD_FIELD) {
-      if (r == 1) { /* mov 8(%rsp), %rcx */
-        *p++ = 0x48, *p++ = 0x8b, *p++ = 0x4c, *p++ = 0x24, *p++ = 0x08;
-      } else if (r == 2) { /* mov (%rsp), %rcx */
-        *p++ = 0x48, *p++ = 0x8b, *p++ = 0x0c, *p++ = 0x24;
-      } else { /* mov %R, %rcx */
-        *p++ = (uint8_t)(0x48 | (r >= 8 ? 0x04 : 0)), *p++ = 0x89, *p++ = (uint8_t)(0xc0 | ((r & 7) << 3) | 1);
-      }
+      p = guard_mov(p, r, 1); /* the header pointer into %rcx */
       uint8_t *null_jump = p;
       *p++ = 0xe3, *p++ = 0; /* jrcxz next (set below) */
       switch (g->width[k]) { /* load the member, zero-extended */
@@ -1326,13 +1332,7 @@ static uint64_t guard_make(const struct bkf_guard *g) {
       null_jump[1] = (uint8_t)(p - (null_jump + 2));
       continue;
     }
-    if (r == 1) { /* mov 8(%rsp), %rdx */
-      *p++ = 0x48, *p++ = 0x8b, *p++ = 0x54, *p++ = 0x24, *p++ = 0x08;
-    } else if (r == 2) { /* mov (%rsp), %rdx */
-      *p++ = 0x48, *p++ = 0x8b, *p++ = 0x14, *p++ = 0x24;
-    } else { /* mov %R, %rdx */
-      *p++ = (uint8_t)(0x48 | (r >= 8 ? 0x04 : 0)), *p++ = 0x89, *p++ = (uint8_t)(0xc0 | ((r & 7) << 3) | 2);
-    }
+    p = guard_mov(p, r, 2); /* the key into %rdx, MULX's implicit operand */
     *p++ = 0xc4, *p++ = 0xe2, *p++ = 0xf3, *p++ = 0xf6, *p++ = 0x15;     /* mulx golden(%rip),%rcx,%rdx */
     to_data[k] = p, p += 4;
     *p++ = 0xc4, *p++ = 0xe3, *p++ = 0xfb, *p++ = 0xf0, *p++ = 0xc9, *p++ = 48; /* rorx $48,%rcx,%rcx */
@@ -1348,8 +1348,7 @@ static uint64_t guard_make(const struct bkf_guard *g) {
   uint8_t *hit = p;
   *p++ = 0x5a, *p++ = 0x59;
   *p++ = 0xff, *p++ = 0x25, p = put_le(p, 0, 4); /* jmp *tramp(%rip): the quad right after */
-  extern char __bunkai_flow_tramp[];
-  p = put_le(p, (uint64_t)(uintptr_t)__bunkai_flow_tramp, 8);
+  p = put_le(p, TRAMP, 8);
   uint8_t *golden = p;
   p = put_le(p, GOLDEN, 8);
   for (uint32_t k = 0; k < g->n; k++) {
@@ -1367,11 +1366,8 @@ static uint64_t guard_make(const struct bkf_guard *g) {
 
 /* Where a stub jumps for guard g (NULL or n == 0: the trampoline). */
 static uint64_t stub_target(const struct bkf_guard *g) {
-  extern char __bunkai_flow_tramp[];
-  uint64_t tramp = (uint64_t)(uintptr_t)__bunkai_flow_tramp;
-  if (!g || g->n == 0) return tramp;
-  uint64_t code = guard_make(g);
-  return code ? code : tramp;
+  uint64_t code = g && g->n ? guard_make(g) : 0;
+  return code ? code : TRAMP;
 }
 
 /* 1 if sled's stub goes through a guard now, 0 if straight to the
@@ -1382,9 +1378,8 @@ API int __bunkai_flow_guarded(uint64_t sled) {
   if (W.ready > 0) {
     uint32_t *ix = index_of(sled);
     if (*ix) {
-      extern char __bunkai_flow_tramp[];
-      uint64_t stub = W.slots[*ix - 1].stub;
-      r = __atomic_load_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), __ATOMIC_RELAXED) != (uint64_t)(uintptr_t)__bunkai_flow_tramp;
+          uint64_t stub = W.slots[*ix - 1].stub;
+      r = __atomic_load_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), __ATOMIC_RELAXED) != TRAMP;
     }
   }
   unlock(&W.lock);
