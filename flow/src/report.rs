@@ -381,17 +381,21 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String 
     const PW: f64 = W - X0 - 30.0;
     const LANE: f64 = 46.0;
     const COLOURS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"];
-    let shown: Vec<(&u64, &Vec<Step>)> = flows.iter().take(max).collect();
-    let lanes_of = |steps: &Vec<Step>| -> Vec<usize> {
-        let mut v: Vec<usize> = Vec::new();
-        for s in steps {
-            if !v.contains(&s.buf) {
-                v.push(s.buf);
+    // each flow with its lanes: the processes it visits, in order of visit
+    let shown: Vec<(&u64, &Vec<Step>, Vec<usize>)> = flows
+        .iter()
+        .take(max)
+        .map(|(id, steps)| {
+            let mut lanes: Vec<usize> = Vec::new();
+            for s in steps {
+                if !lanes.contains(&s.buf) {
+                    lanes.push(s.buf);
+                }
             }
-        }
-        v
-    };
-    let height: f64 = 40.0 + shown.iter().map(|(_, st)| 30.0 + LANE * lanes_of(st).len() as f64 + 26.0).sum::<f64>();
+            (id, steps, lanes)
+        })
+        .collect();
+    let height: f64 = 40.0 + shown.iter().map(|(_, _, lanes)| 30.0 + LANE * lanes.len() as f64 + 26.0).sum::<f64>();
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -406,11 +410,10 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String 
         if flows.len() == 1 { "" } else { "s" }
     );
     let mut y = 40.0;
-    for (id, steps) in shown {
+    for (id, steps, lanes) in &shown {
         let t0 = steps[0].ns;
         let span = (steps.last().unwrap().ns - t0) as f64 / 1e3;
         let scale = if span > 0.0 { PW / span } else { 0.0 };
-        let lanes = lanes_of(steps);
         let _ = writeln!(
             o,
             "<text x=\"10\" y=\"{}\" font-size=\"12\" font-weight=\"bold\">flow {id:#x}: {} steps, {} process{}, {span:.1} µs</text>",
@@ -443,7 +446,7 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String 
         // keeping where its last label ended
         let mut ends: HashMap<(usize, usize), f64> = HashMap::new();
         let mut named: Vec<&str> = Vec::new();
-        for s in steps {
+        for s in steps.iter() {
             let (x, cy) = (x_of(s), lane_y(s.buf));
             let k = lanes.iter().position(|&b| b == s.buf).unwrap_or(0);
             let c = COLOURS[k % COLOURS.len()];
