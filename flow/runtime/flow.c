@@ -289,11 +289,10 @@ _Static_assert(offsetof(struct bkf_table, lock) == 64, "writers' line apart from
 
 /* The per-process page (MADV_WIPEONFORK: zero again in a fork child). */
 struct proc {
-  uint32_t state;                 /* 0 not set up in this process, 1 being set up, 2 ready */
+  uint32_t state;                 /* 0 not set up in this process, BUSY(tid) being set up, 2 ready */
   uint32_t pid;
-  uint32_t buf_state;             /* 0 none, 1 being created, 2 ready, 3 failed or disabled */
+  uint32_t buf_state;             /* 0 none, BUSY(tid) being created, 2 ready, 3 failed or disabled */
   uint32_t tid_fast;              /* glibc's tid at %fs:0x2d0 is usable */
-  uint32_t setup_owner, buf_owner; /* the threads doing those (kernel tids) */
   struct bkf_buf_header *buf;     /* set when ready (the fast path's pointer) */
   struct bkf_buf_header *buf_any; /* the same, also without wipe-on-fork */
   uint64_t early_drops;           /* stores while the buffer was being created */
@@ -420,16 +419,20 @@ static struct proc *proc_page(void) {
   return p;
 }
 
-/* Waits while *state is 1, i.e. another thread does some one-time work,
+/* A one-time job's state word while a thread does it: the thread's kernel
+ * tid is in the same word, published by the one CAS that claims the job, so
+ * a waiter always knows whose job it is (tids are below 2^22). */
+#define BUSY(tid) ((uint32_t)(tid) << 2 | 1)
+#define IS_BUSY(s) (((s) & 3) == 1)
+
+/* Waits while *state is BUSY, i.e. another thread does some one-time work,
  * unless that thread is this one (a signal handler interrupted it: the
- * wait would never end); 0 then. The owner is written just after the state;
- * an impatient caller (bkf_store) does not wait for it either. */
-static int wait_other(uint32_t *state, uint32_t *owner, int patient) {
-  uint32_t me = 0;
-  while (LD_ACQ(state) == 1) {
-    uint32_t o = LD_ACQ(owner);
-    if (!me) me = (uint32_t)gettid_raw();
-    if (o == me || (o == 0 && !patient)) return 0;
+ * wait would never end); 0 then. */
+static int wait_other(uint32_t *state) {
+  uint32_t me = 0, s;
+  while (IS_BUSY(s = LD_ACQ(state))) {
+    if (!me) me = BUSY(gettid_raw());
+    if (s == me) return 0;
     yield_raw();
   }
   return 1;
@@ -437,8 +440,8 @@ static int wait_other(uint32_t *state, uint32_t *owner, int patient) {
 
 /* Sets this process up once (and again in every fork child); waits for
  * another thread doing it. 0 when out of memory or when the set-up is this
- * thread's own, interrupted (or, not patient, about to start). */
-static COLD struct proc *proc_setup(int patient) {
+ * thread's own, interrupted. */
+static COLD struct proc *proc_setup(void) {
   struct proc *p = proc_page();
   if (!p) return 0;
   for (;;) {
@@ -451,17 +454,14 @@ static COLD struct proc *proc_setup(int patient) {
         ST(&p->buf, 0);
         ST(&p->buf_any, 0);
         ST(&p->buf_state, 0);
-        ST(&p->setup_owner, 0);
-        ST(&p->buf_owner, 0);
         ST(&p->early_drops, 0);
       }
       continue;
     }
     uint32_t zero = 0;
-    if (s == 0 && CAS(&p->state, &zero, 1)) break;
-    if (s == 1 && !wait_other(&p->state, &p->setup_owner, patient)) return 0;
+    if (s == 0 && CAS(&p->state, &zero, BUSY(gettid_raw()))) break;
+    if (IS_BUSY(s) && !wait_other(&p->state)) return 0;
   }
-  ST_REL(&p->setup_owner, (uint32_t)gettid_raw());
   uint32_t pid = (uint32_t)getpid_raw();
   uint32_t before = LD(&G.setup_pid);
   if (before && before != pid) {
@@ -481,7 +481,7 @@ static COLD struct proc *proc_setup(int patient) {
 static inline void proc_enter(void) {
   struct proc *p = LD_ACQ(&G.proc);
   if (likely(p && LD_ACQ(&p->state) == 2 && !LD(&G.nowipe))) return;
-  proc_setup(1);
+  proc_setup();
 }
 
 /* ------------------------------------------------------------------ */
@@ -822,7 +822,7 @@ static COLD struct bkf_buf_header *buf_create(struct proc *p) {
 }
 
 static COLD struct bkf_buf_header *buf_slow(void) {
-  struct proc *p = proc_setup(0);
+  struct proc *p = proc_setup();
   if (!p) {
     if ((p = LD_ACQ(&G.proc)) && LD_ACQ(&p->state) != 2) ADD(&p->early_drops, 1);
     return 0;
@@ -832,13 +832,12 @@ static COLD struct bkf_buf_header *buf_slow(void) {
     if ((h = LD_ACQ(&p->buf_any))) return h;
     uint32_t s = LD_ACQ(&p->buf_state), z = 0;
     if (s == 3) return 0;
-    if (s == 1 && !wait_other(&p->buf_state, &p->buf_owner, 0)) {
+    if (IS_BUSY(s) && !wait_other(&p->buf_state)) {
       ADD(&p->early_drops, 1);
       return 0;
     }
-    if (s == 0 && CAS(&p->buf_state, &z, 1)) break;
+    if (s == 0 && CAS(&p->buf_state, &z, BUSY(gettid_raw()))) break;
   }
-  ST_REL(&p->buf_owner, (uint32_t)gettid_raw());
   /* A fork child still maps its parent's buffer: let it go. */
   struct bkf_buf_header *old = G.last_buf;
   if (old && old->pid != p->pid) {

@@ -680,6 +680,57 @@ static void test_buffer_full(char *note) {
   sprintf(note, "8 KiB: %d records kept, the rest counted as dropped", (8192 - BKF_BUF_HEADER_SIZE) / 40);
 }
 
+/* Threads whose first stores meet while the buffer is being created: each
+ * waits for the creator (it is another thread), none drops its record. Many
+ * fork children, each a fresh process with no buffer, four threads released
+ * together by a barrier. */
+enum { RACE_KIDS = 200, RACE_THREADS = 4 };
+static pthread_barrier_t race_bar;
+static void *race_thread(void *p) {
+  uint64_t v = (uint64_t)(intptr_t)p;
+  pthread_barrier_wait(&race_bar);
+  bkf_store(0x7ace, 1, 1, &v);
+  return 0;
+}
+
+static void test_buffer_race(char *note) {
+  pid_t kids[RACE_KIDS];
+  for (int k = 0; k < RACE_KIDS; k++) {
+    pid_t p = fork();
+    if (p == 0) {
+      alarm(20); /* a hang is a failure, not a stuck test */
+      pthread_t th[RACE_THREADS];
+      pthread_barrier_init(&race_bar, 0, RACE_THREADS);
+      for (int t = 0; t < RACE_THREADS; t++) pthread_create(&th[t], 0, race_thread, (void *)(intptr_t)(t + 1));
+      for (int t = 0; t < RACE_THREADS; t++) pthread_join(th[t], 0);
+      struct bufview b;
+      int code = 0;
+      if (!buf_open(&b, getpid())) _exit(30);
+      if (b.h->dropped) code = 31;
+      uint64_t off = 0, seen = 0;
+      struct rec r;
+      while (buf_next(&b, &off, &r))
+        if (r.pc == 0x7ace && r.flags == BKF_REC_DONE && r.vals[0] >= 1 && r.vals[0] <= RACE_THREADS) seen |= 1ull << r.vals[0];
+      if (!code && seen != ((1ull << (RACE_THREADS + 1)) - 2)) code = 32;
+      buf_close(&b);
+      char path[600];
+      buf_path(path, sizeof path, getpid());
+      unlink(path);
+      _exit(code);
+    }
+    kids[k] = p;
+  }
+  int dropped = 0, missing = 0;
+  for (int k = 0; k < RACE_KIDS; k++) {
+    int st;
+    CHECK(waitpid(kids[k], &st, 0) == kids[k], "waitpid");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 30, "child %d: no buffer, or killed (signal %d)", k, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    dropped += WEXITSTATUS(st) == 31, missing += WEXITSTATUS(st) == 32;
+  }
+  CHECK(!dropped && !missing, "%d of %d processes dropped a first store, %d lost one", dropped, RACE_KIDS, missing);
+  sprintf(note, "%d processes, %d threads each making their first store together: none dropped", RACE_KIDS, RACE_THREADS);
+}
+
 /* Buffers that cannot exist: stores are no-ops, nothing breaks. */
 static void test_buffer_unavailable(char *note) {
   const char *envs[][2] = {{"BUNKAI_FLOW_BUF", "0"}, {"BUNKAI_FLOW_DIR", "/proc/nonexistent"}, {"BUNKAI_FLOW_BUF", "12Q"}};
@@ -1119,6 +1170,7 @@ static const struct {
     {"concurrent", test_concurrent},
     {"buffer", test_buffer},
     {"buffer_full", test_buffer_full},
+    {"buffer_race", test_buffer_race},
     {"buffer_unavailable", test_buffer_unavailable},
     {"fork", test_fork},
     {"fork_under_load", test_fork_under_load},

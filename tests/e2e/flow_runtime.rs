@@ -19,6 +19,7 @@ const TESTS: &[&str] = &[
     "concurrent",
     "buffer",
     "buffer_full",
+    "buffer_race",
     "buffer_unavailable",
     "fork",
     "fork_under_load",
