@@ -20,7 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -756,6 +760,104 @@ static void test_buffer_unavailable(char *note) {
   sprintf(note, "BUNKAI_FLOW_BUF=0, an unusable directory, a bad size");
 }
 
+/* Time stamps in a process that dropped its privileges, as httpd does
+ * (User nobody): such a process is not dumpable, its /proc files are root's,
+ * and /proc/self/auxv cannot be opened, yet the runtime must still find the
+ * vDSO's clock. The child is a fresh exec of this program (a fork would
+ * inherit the clock the parent already found); it drops to nobody (as root)
+ * or makes itself non-dumpable, then runs under a seccomp filter that kills
+ * it on a clock_gettime system call, and stores 1,000 records. */
+enum { CLOCK_RECS = 1000 };
+
+/* Kills the process on a clock_gettime system call; with old_kernel, also
+ * answers prctl(PR_GET_AUXV) with EINVAL, as Linux before 6.4 does. */
+static void kill_on_clock_syscall(int old_kernel) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clock_gettime, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, old_kernel ? 0x41555856 : 0xffffffff, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) _exit(50);
+}
+
+static int clock_child(const char *mode) {
+  if (!strcmp(mode, "probe")) { /* can libc read the clock here without the system call? */
+    kill_on_clock_syscall(0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return 0;
+  }
+  if (geteuid() == 0) {
+    if (setgid(65534) || setuid(65534)) return 51;
+  } else if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) {
+    return 52;
+  }
+  int fd = open("/proc/self/auxv", O_RDONLY);
+  if (fd >= 0) return 53; /* the case this test is about did not arise */
+  snprintf(dir, sizeof dir, "%s", getenv("BUNKAI_FLOW_DIR")); /* for buf_open */
+  kill_on_clock_syscall(!strcmp(mode, "old-kernel"));
+  uint64_t t0 = now_ns(CLOCK_REALTIME);
+  for (uint64_t i = 0; i < CLOCK_RECS; i++) bkf_store(0xc10c, 1, 1, &i);
+  uint64_t t1 = now_ns(CLOCK_REALTIME);
+  struct bufview b;
+  if (!buf_open(&b, getpid())) return 54;
+  uint64_t off = 0, n = 0, last = 0;
+  struct rec r;
+  while (buf_next(&b, &off, &r)) {
+    if (r.pc != 0xc10c || r.vals[0] != n || r.ns < t0 || r.ns > t1 || r.ns < last) return 55;
+    last = r.ns, n++;
+  }
+  buf_close(&b);
+  char path[600];
+  buf_path(path, sizeof path, getpid());
+  unlink(path);
+  return n == CLOCK_RECS ? 0 : 56;
+}
+
+static int run_clock_child(const char *mode, const char *bufdir) {
+  pid_t p = fork();
+  if (p == 0) {
+    setenv("BUNKAI_FLOW_DIR", bufdir, 1);
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) _exit(57);
+    exe[n] = 0;
+    execl(exe, exe, "--clock-child", mode, (char *)0);
+    _exit(58);
+  }
+  int st;
+  CHECK(waitpid(p, &st, 0) == p, "waitpid");
+  return WIFSIGNALED(st) ? -WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+static void test_clock_unprivileged(char *note) {
+  char sub[] = "/tmp/bunkai-flow-nobody.XXXXXX"; /* the test's directory may be closed to nobody */
+  CHECK(mkdtemp(sub) && chmod(sub, 0777) == 0, "mkdtemp %s: %s", sub, strerror(errno));
+  int probe = run_clock_child("probe", sub);
+  if (probe != 0) {
+    rmdir(sub);
+    CHECK(probe == -SIGSYS, "probe child: %d", probe);
+    sprintf(note, "skipped: this machine's clock is not in the vDSO (libc makes the system call)");
+    return;
+  }
+  /* prctl(PR_GET_AUXV) first; without it (before Linux 6.4), /proc/self/maps. */
+  const char *modes[] = {"store", "old-kernel"};
+  for (int m = 0; m < 2; m++) {
+    int r = run_clock_child(modes[m], sub);
+    CHECK(r != -SIGSYS, "%s: a record's time stamp was a clock_gettime system call (the vDSO was not found)", modes[m]);
+    CHECK(r == 0, "%s child: %s %d", modes[m], r < 0 ? "killed by signal" : "exit status", r < 0 ? -r : r);
+  }
+  rmdir(sub);
+  sprintf(note, "%s, /proc/self/auxv closed to it, with and without PR_GET_AUXV: %d records each stamped through the vDSO",
+          geteuid() == 0 ? "as nobody" : "not dumpable", CLOCK_RECS);
+}
+
 /* ------------------------------------------------------------------ */
 /* Fork                                                                */
 
@@ -1172,6 +1274,7 @@ static const struct {
     {"buffer_full", test_buffer_full},
     {"buffer_race", test_buffer_race},
     {"buffer_unavailable", test_buffer_unavailable},
+    {"clock_unprivileged", test_clock_unprivileged},
     {"fork", test_fork},
     {"fork_under_load", test_fork_under_load},
     {"signal", test_signal},
@@ -1201,6 +1304,7 @@ static void cleanup(void) {
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--ids-child")) return ids_child(argv[2], atol(argv[3]));
   if (argc == 2 && !strcmp(argv[1], "--fallback-child")) return fallback_child();
+  if (argc == 3 && !strcmp(argv[1], "--clock-child")) return clock_child(argv[2]);
 
   const char *d = getenv("BUNKAI_FLOW_DIR");
   if (d && *d) {
