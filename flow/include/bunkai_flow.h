@@ -203,7 +203,7 @@ void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals);
 struct bkf_frame {
   uint64_t r15, r14, r13, r12, r11, r10, r9, r8, rdi, rsi, rbp, rbx, rdx, rcx, rax;
   uint64_t flags;
-  uint64_t slot;  /* the sled's stub */
+  uint64_t slot;  /* the sled's slot in the runtime */
   uint64_t ret;   /* the sled's address + 7 */
 };
 typedef void (*bkf_handler)(struct bkf_frame *frame, void *xsave, uint32_t jp, void *arg);
@@ -225,10 +225,11 @@ int bkf_weave_ex(int n, const uint64_t *sleds, const uint32_t *jp, bkf_handler h
  *                    width[k]-byte (1, 2, 4, 8) member at byte off[k] has
  *                    a bit of mask[k] set: h reads a flow ID packed there
  *                    (xout).
- * The sled's stub then runs the tests before it saves anything and returns
- * at once when none holds; h runs otherwise. A key test reads the table's
- * filter (64 Ki counters of live keys by hash, kept by register/remove),
- * which has false positives, never false negatives. The stub uses %rcx and
+ * The sled then calls the guard's code (shared by every sled with the same
+ * tests), which runs the tests before it saves anything and returns at once
+ * when none holds; h runs otherwise. A key test reads the table's filter
+ * (64 Ki counters of live keys by hash, kept by register/remove), which
+ * has false positives, never false negatives. The guard uses %rcx and
  * %rdx (saved on the stack), MULX, RORX and PEXT (BMI2), and no instruction
  * that writes the flags. reg is the x86 register number: 0 rax, 1 rcx,
  * 2 rdx, 3 rbx, 5 rbp, 6 rsi, 7 rdi, 8..15 r8..r15 (4, %rsp, is refused:

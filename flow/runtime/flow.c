@@ -949,22 +949,28 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
  * made the split driver's woven runs 6% slower):
  *
  *     0   push $slot
- *     5   jmp *16(%rip-relative)     to the target
- *     16  .quad target               __bunkai_flow_tramp, or a guard
+ *     5   jmp *16(%rip-relative)     to the trampoline
+ *     16  .quad __bunkai_flow_tramp
  *
- * A guard (bkf_weave_guarded) is code made once per distinct bkf_guard and
- * shared by every stub that needs those tests: it tests the registers
- * against the tables' filters (or a header member) and returns straight to
- * the sled when no test holds, before anything is saved; it jumps to the
- * trampoline otherwise. Per pass, a guarded sled touches its stub (three
- * to a cache line) and code every sled of the aspect shares: a server
- * woven at thousands of sleds passes hundreds per request, and code of its
- * own for each would be a cache miss at each. A weave stores the target
- * (one aligned 8-byte store) before it patches the sled. Slots, stubs,
- * guards and their pages are never given back: a thread may sit between a
- * sled's `66 90` and its call when the sled is unwoven, and the call must
- * still land somewhere harmless (the trampoline finds no handler).
- * and (XSAVE, every component the OS enabled) the vector state, then calls
+ * An unguarded sled calls its stub. A guarded one (bkf_weave_guarded) calls
+ * its guard directly: code made once per distinct bkf_guard and weave mode
+ * (in a page within reach of the sleds, the same way), shared by every sled
+ * that needs those tests. It tests the registers against the tables'
+ * filters (or a header member) and returns straight to the sled when no
+ * test holds, before anything is saved; otherwise it pushes -1 (or -2,
+ * vector-free) instead of a slot and jumps to the trampoline, whose
+ * dispatch finds the slot from the return address in the index. A pass
+ * that is turned away is a direct call, a few instructions of code every
+ * sled of the aspect shares, and a return: a server woven at thousands of
+ * sleds passes hundreds per request, and code (or a stub, or an indirect
+ * jump's prediction) of its own for each would be a miss at each; a stub in
+ * the way made Apache's turned-away passes cost 20 ns. Slots, stubs, guards
+ * and their pages are never given back: a thread may sit between a sled's
+ * `66 90` and its call when the sled is unwoven, and the call must still
+ * land somewhere harmless (the trampoline finds no handler).
+ *
+ * The trampoline saves the registers, the flags and (unless the weave is
+ * vector-free) (XSAVE, every component the OS enabled) the vector state, then calls
  * the slot's handler if one is set. Handlers are published and cleared with
  * seq_cst stores. bkf_unweave returns only when no thread can still be
  * running one: each thread counts its own calls in progress in a slot of
@@ -993,6 +999,7 @@ extern char __bunkai_flow_tramp[]; /* below, in asm */
 struct wslot {
   uint64_t sled;                 /* 0: free */
   uint64_t stub;
+  uint64_t call;                 /* what the woven sled calls: the stub or a guard */
   bkf_handler h;                 /* seq_cst */
   void *arg;
   uint32_t jp;
@@ -1021,7 +1028,7 @@ static struct {
   struct wpage pages[256];       /* stub pages */
   uint32_t npages;
   struct wpage gpage;            /* where the next guard goes */
-  struct { struct bkf_guard spec; uint64_t code; } *guards; /* GUARD_CODES, made so far */
+  struct { struct bkf_guard spec; uint64_t code; unsigned mode; } *guards; /* GUARD_CODES, made so far */
   uint32_t nguards;
   int bmi2;                      /* MULX and RORX: guards possible */
   uint64_t inflight;
@@ -1056,7 +1063,24 @@ static uint64_t *thread_count(void) {
   return 0;
 }
 
+/* The slot of a woven sled, without the lock: the index only ever gains
+ * entries, each published (release) after its slot is written. */
+static int64_t slot_find(uint64_t sled) {
+  uint64_t m = 2 * WEAVE_SLOTS - 1, i = ((sled >> 1) * 0x9E3779B97F4A7C15ull >> 40) & m;
+  for (uint64_t n = 0; n <= m; n++, i = (i + 1) & m) {
+    uint32_t x = __atomic_load_n(&W.index[i], __ATOMIC_ACQUIRE);
+    if (!x) return -1;
+    if (W.slots[x - 1].sled == sled) return x - 1;
+  }
+  return -1;
+}
+
 HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {
+  if ((int64_t)f->slot < 0) { /* from a guard: the sled is the one that called it */
+    int64_t found = slot_find(f->ret - 7);
+    if (found < 0) return;
+    f->slot = (uint64_t)found;
+  }
   struct wslot *s = &W.slots[f->slot];
   uint64_t *mine = thread_count();
   /* plain load and store: only this thread writes it (a signal handler
@@ -1097,9 +1121,12 @@ __asm__(".text\n"
         "  cld\n"
         "  mov %rsp, %rbp\n"                      /* the frame */
         "  mov 128(%rsp), %rax\n"                 /* frame->slot */
+        "  test %rax, %rax\n"
+        "  js 3f\n"                               /* from a guard: -1 full, -2 vector-free */
         "  mov __bunkai_flow_modes(%rip), %rcx\n"
         "  testb $1, (%rcx,%rax)\n"               /* BKF_WEAVE_NO_VECTOR */
         "  jnz 2f\n"
+        "1:\n"
         "  sub __bunkai_flow_xsize(%rip), %rsp\n"
         "  and $-64, %rsp\n"
         "  mov %rsp, %rbx\n"                      /* the XSAVE area, kept across the call */
@@ -1122,6 +1149,9 @@ __asm__(".text\n"
         "  popfq\n"
         "  lea 8(%rsp), %rsp\n"                   /* the slot; lea leaves the flags alone */
         "  ret\n"
+        "3:\n"
+        "  cmp $-2, %rax\n"
+        "  jne 1b\n"
         /* vector-free handler: no XSAVE area (the handler and what it
          * calls, the runtime, are built with -mgeneral-regs-only) */
         "2:\n"
@@ -1222,6 +1252,22 @@ static uint32_t *index_of(uint64_t sled) {
   return &W.index[i];
 }
 
+/* A new page of code within rel32 reach of the code at near: the first free
+ * page below near's, in 1 MiB steps, then above; 0 if none. */
+static uint64_t page_near(uint64_t near) {
+  for (int64_t step = 1; step < 1024; step++) {
+    for (int dir = -1; dir <= 1; dir += 2) {
+      uint64_t hint = ((near & ~(uint64_t)(PAGE - 1)) + (uint64_t)(dir * step) * (1ull << 20));
+      if (!in_reach(near + 7, hint) || !in_reach(near + 7, hint + PAGE)) continue;
+      long r = sc6(SYS_mmap, (long)hint, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (r == (long)hint) return hint;
+      if (r > 0) sc2(SYS_munmap, r, PAGE); /* old kernels: a hint, not fixed */
+    }
+  }
+  return 0;
+}
+
 /* A stub for a sled: its slot's, or a new one in a page within reach. */
 static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
   uint32_t *ix = index_of(sled);
@@ -1237,18 +1283,7 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
       pg = &W.pages[i];
   if (!pg) {
     if (W.npages == sizeof W.pages / sizeof W.pages[0]) return 0;
-    /* the first free page below the sled's, in 1 MiB steps, then above */
-    uint64_t base = 0;
-    for (int64_t step = 1; step < 1024 && !base; step++) {
-      for (int dir = -1; dir <= 1 && !base; dir += 2) {
-        uint64_t hint = ((sled & ~(uint64_t)(PAGE - 1)) + (uint64_t)(dir * step) * (1ull << 20));
-        if (!in_reach(sled + 7, hint) || !in_reach(sled + 7, hint + PAGE)) continue;
-        long r = sc6(SYS_mmap, (long)hint, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-        if (r == (long)hint) base = hint;
-        else if (r > 0) sc2(SYS_munmap, r, PAGE); /* old kernels: a hint, not fixed */
-      }
-    }
+    uint64_t base = page_near(sled);
     if (!base) return 0;
     pg = &W.pages[W.npages++];
     pg->base = base, pg->used = 0;
@@ -1262,8 +1297,9 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
   pg->used += STUB_SIZE;
   W.slots[n].sled = sled;
   W.slots[n].stub = (uint64_t)(uintptr_t)st;
+  W.slots[n].call = W.slots[n].stub;
   W.nslots = n + 1;
-  *ix = n + 1;
+  __atomic_store_n(ix, n + 1, __ATOMIC_RELEASE); /* slot_find reads without the lock */
   *slot = n;
   return W.slots[n].stub;
 }
@@ -1292,8 +1328,8 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
   return (int)sc3(SYS_mprotect, lo, hi - lo, PROT_READ | PROT_EXEC | (on ? PROT_WRITE : 0));
 }
 
-/* Guards (bunkai_flow.h §4). A guard is code of ours, reached from a
- * stub's jump with [rsp] = the slot, [rsp+8] = the sled's return address:
+/* Guards (bunkai_flow.h §4). A guard is code of ours, called by the sled,
+ * [rsp] = the sled's return address:
  *
  *       push %rcx; push %rdx
  *   per key test, register R and table T:
@@ -1315,11 +1351,11 @@ static int text_writable(uint64_t lo, uint64_t hi, int on) {
  *       jmp hit
  *     1:
  *       pop %rdx; pop %rcx
- *       lea 8(%rsp), %rsp             (the slot)
  *       ret                           (back to the sled)
  *   hit:
  *       pop %rdx; pop %rcx
- *       jmp *tramp(%rip)              (the trampoline, the slot on the stack)
+ *       push $-1                      (-2 for a vector-free weave: the slot
+ *       jmp *tramp(%rip)               is found from the return address)
  *   tramp:  .quad __bunkai_flow_tramp
  *   golden: .quad GOLDEN
  *   mask:   .quad MASK                (per field test)
@@ -1351,18 +1387,26 @@ static int guard_same(const struct bkf_guard *a, const struct bkf_guard *b) {
   return 1;
 }
 
-/* The guard code for g (n > 0), made now or found among those made, or
- * 0: no BMI2, a table without a filter, no memory, too many guards. */
-static uint64_t guard_make(const struct bkf_guard *g) {
+/* Code at a and code at b within a jump of each other (with room to spare:
+ * a guard is under a page). */
+static int near_enough(uint64_t a, uint64_t b) {
+  return in_reach(a, b) && in_reach(a, b + PAGE) && in_reach(b, a) && in_reach(b + PAGE, a);
+}
+
+/* The guard code for g (n > 0) and weave flags mode, within a call of
+ * sled, made now or found among those made, or 0: no BMI2, a table without
+ * a filter, no memory, too many guards. */
+static uint64_t guard_make(const struct bkf_guard *g, unsigned mode, uint64_t sled) {
   for (uint32_t i = 0; i < W.nguards; i++)
-    if (guard_same(&W.guards[i].spec, g)) return W.guards[i].code;
+    if (guard_same(&W.guards[i].spec, g) && W.guards[i].mode == mode && near_enough(sled, W.guards[i].code))
+      return W.guards[i].code;
   if (!W.bmi2 || W.nguards == GUARD_CODES) return 0;
   for (uint32_t k = 0; k < g->n; k++)
     if (g->kind[k] == BKF_GUARD_KEY && !g->table[k]->filter) return 0;
-  if (!W.gpage.base || W.gpage.used + GUARD_MAX_BYTES > PAGE) {
-    long r = sc6(SYS_mmap, 0, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r < 0 && r > -4096) return 0;
-    W.gpage.base = (uint64_t)r, W.gpage.used = 0;
+  if (!W.gpage.base || W.gpage.used + GUARD_MAX_BYTES > PAGE || !near_enough(sled, W.gpage.base)) {
+    uint64_t r = page_near(sled);
+    if (!r) return 0;
+    W.gpage.base = r, W.gpage.used = 0;
   }
   uint8_t *start = (uint8_t *)(W.gpage.base + W.gpage.used), *p = start;
   uint8_t *to_hit[BKF_GUARD_MAX], *to_data[BKF_GUARD_MAX];
@@ -1397,11 +1441,11 @@ static uint64_t guard_make(const struct bkf_guard *g) {
     *p++ = 0xe3, *p++ = 0x05;                                               /* jrcxz over the jmp */
     *p++ = 0xe9, to_hit[k] = p, p += 4;                                     /* jmp hit */
   }
-  *p++ = 0x5a, *p++ = 0x59;                                        /* pop %rdx; pop %rcx */
-  *p++ = 0x48, *p++ = 0x8d, *p++ = 0x64, *p++ = 0x24, *p++ = 0x08; /* lea 8(%rsp),%rsp */
-  *p++ = 0xc3;                                                     /* ret */
+  *p++ = 0x5a, *p++ = 0x59; /* pop %rdx; pop %rcx */
+  *p++ = 0xc3;              /* ret */
   uint8_t *hit = p;
   *p++ = 0x5a, *p++ = 0x59;
+  *p++ = 0x6a, *p++ = (mode & BKF_WEAVE_NO_VECTOR) ? 0xfe : 0xff; /* push $-2 / $-1 */
   *p++ = 0xff, *p++ = 0x25, p = put_le(p, 0, 4); /* jmp *tramp(%rip): the quad right after */
   p = put_le(p, TRAMP, 8);
   uint8_t *golden = p;
@@ -1414,15 +1458,30 @@ static uint64_t guard_make(const struct bkf_guard *g) {
   }
   W.gpage.used += ((uint64_t)(p - start) + 63) & ~63ull; /* each on cache lines of its own */
   W.guards[W.nguards].spec = *g;
+  W.guards[W.nguards].mode = mode;
   W.guards[W.nguards].code = (uint64_t)(uintptr_t)start;
   W.nguards++;
   return (uint64_t)(uintptr_t)start;
 }
 
-/* Where a stub jumps for guard g (NULL or n == 0: the trampoline). */
-static uint64_t stub_target(const struct bkf_guard *g) {
-  uint64_t code = g && g->n ? guard_make(g) : 0;
-  return code ? code : TRAMP;
+/* What sled (slot) calls, woven with guard g (NULL or n == 0: none) and
+ * flags mode: its guard, or its stub. */
+static uint64_t call_target(const struct bkf_guard *g, unsigned mode, uint64_t sled, uint32_t slot) {
+  uint64_t code = g && g->n ? guard_make(g, mode, sled) : 0;
+  return code ? code : W.slots[slot].stub;
+}
+
+/* 1 if the sled's bytes 2..10 are a call of ours (its stub, or a guard). */
+static int calls_ours(const uint8_t *s, uint64_t sled, uint32_t slot) {
+  uint8_t cb[9];
+  call_bytes(sled, W.slots[slot].stub, cb);
+  if (!same(s + 7, cb + 5, 4) || s[2] != 0xe8) return 0;
+  int32_t rel = (int32_t)((uint32_t)s[3] | (uint32_t)s[4] << 8 | (uint32_t)s[5] << 16 | (uint32_t)s[6] << 24);
+  uint64_t to = sled + 7 + (uint64_t)(int64_t)rel;
+  if (to == W.slots[slot].stub) return 1;
+  for (uint32_t i = 0; i < W.nguards; i++)
+    if (to == W.guards[i].code) return 1;
+  return 0;
 }
 
 /* 1 if sled's stub goes through a guard now, 0 if straight to the
@@ -1432,10 +1491,7 @@ API int __bunkai_flow_guarded(uint64_t sled) {
   int r = -1;
   if (W.ready > 0) {
     uint32_t *ix = index_of(sled);
-    if (*ix) {
-          uint64_t stub = W.slots[*ix - 1].stub;
-      r = __atomic_load_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), __ATOMIC_RELAXED) != TRAMP;
-    }
+    if (*ix) r = W.slots[*ix - 1].call != W.slots[*ix - 1].stub;
   }
   unlock(&W.lock);
   return r;
@@ -1469,11 +1525,9 @@ API int bkf_weave_guarded(int n, const uint64_t *sleds, const uint32_t *jps, bkf
     if (sleds[i] & 1) rc = -EINVAL;
     else if (!stub_for(sleds[i], &slot)) rc = -ENOMEM;
     else {
-      uint8_t cb[9];
-      call_bytes(sleds[i], W.slots[slot].stub, cb);
       int fresh = same(s, SLED_NOP, BKF_SLED_SIZE);
-      int jumpform = s[0] == 0xeb && s[1] == 0x09 && same(s + 2, cb, 9);
-      int patched = s[0] == 0x66 && s[1] == 0x90 && same(s + 2, cb, 9);
+      int jumpform = s[0] == 0xeb && s[1] == 0x09 && calls_ours(s, sleds[i], slot);
+      int patched = s[0] == 0x66 && s[1] == 0x90 && calls_ours(s, sleds[i], slot);
       if (patched) rc = -EEXIST;
       else if (!fresh && !jumpform) rc = -EINVAL;
     }
@@ -1493,8 +1547,7 @@ API int bkf_weave_guarded(int n, const uint64_t *sleds, const uint32_t *jps, bkf
     W.slots[slot].arg = arg;
     __atomic_store_n(&__bunkai_flow_modes[slot], (uint8_t)(flags & BKF_WEAVE_NO_VECTOR), __ATOMIC_SEQ_CST);
     __atomic_store_n(&W.slots[slot].h, h, __ATOMIC_SEQ_CST);
-    __atomic_store_n((uint64_t *)(uintptr_t)(W.slots[slot].stub + STUB_TARGET),
-                     stub_target(guards ? &guards[i] : 0), __ATOMIC_SEQ_CST);
+    W.slots[slot].call = call_target(guards ? &guards[i] : 0, flags & BKF_WEAVE_NO_VECTOR, sleds[i], slot);
   }
   /* (1) the jump form over the nop; (2) sync; (3) bytes 2..10; (4) sync;
    * (5) 66 90 */
@@ -1505,7 +1558,7 @@ API int bkf_weave_guarded(int n, const uint64_t *sleds, const uint32_t *jps, bkf
     uint32_t slot;
     stub_for(sleds[i], &slot);
     uint8_t cb[9];
-    call_bytes(sleds[i], W.slots[slot].stub, cb);
+    call_bytes(sleds[i], W.slots[slot].call, cb);
     uint8_t *s = (uint8_t *)(uintptr_t)sleds[i];
     for (int k = 0; k < 9; k++) s[2 + k] = cb[k];
   }

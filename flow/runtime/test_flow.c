@@ -1124,9 +1124,13 @@ __asm__(".text\n"
         "  ret\n"
         ".size probe_guard, .-probe_guard\n");
 
-static uint64_t guard_calls;
+static uint64_t guard_calls, guard_bad_frames, guard_xsaves;
 static void guard_count(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
-  (void)f, (void)xsave, (void)jp, (void)arg;
+  (void)jp, (void)arg;
+  /* a guard calls the trampoline with -1 or -2 for the slot: the handler
+   * must see the sled's own slot and return address all the same */
+  if ((int64_t)f->slot < 0 || f->slot >= 65536 || f->ret != (uint64_t)(uintptr_t)probe_gsled + 7) guard_bad_frames++;
+  guard_xsaves += xsave != 0;
   guard_calls++;
 }
 
@@ -1174,6 +1178,15 @@ static void test_weave_guard(char *note) {
           (unsigned long long)skipped, guarded);
     CHECK(bkf_unweave(1, &sled) == 0, "unweave");
   }
+  CHECK(guard_bad_frames == 0 && guard_xsaves == 0, "%llu frames with a wrong slot or return address, %llu vector-free calls with an XSAVE area",
+        (unsigned long long)guard_bad_frames, (unsigned long long)guard_xsaves);
+  /* a guard of a full-state weave: the handler gets the vector state */
+  struct bkf_guard full = {.n = 1, .reg = {7}, .table = {t}};
+  CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, 0, &full) == 0, "full-state guard");
+  CHECK(guard_runs(in) == 2 && guard_xsaves == 2, "full-state guard: %llu XSAVE areas", (unsigned long long)guard_xsaves);
+  CHECK(guard_runs(out) == (guarded ? 0 : 2), "full-state guard: a key not in the flow");
+  CHECK(bkf_unweave(1, &sled) == 0, "unweave");
+  guard_xsaves = 0;
   /* two guards: either table's key lets the handler run */
   struct bkf_guard two = {.n = 2, .reg = {3, 12}, .table = {t, u}};
   CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, BKF_WEAVE_NO_VECTOR, &two) == 0, "two guards");
@@ -1197,6 +1210,8 @@ static void test_weave_guard(char *note) {
   CHECK(__bunkai_flow_guarded(sled) == 0, "an unguarded weave left the guard in place");
   CHECK(guard_runs(out) == 2, "unguarded: the handler runs for any key");
   CHECK(bkf_unweave(1, &sled) == 0, "unweave");
+  CHECK(guard_bad_frames == 0 && guard_xsaves == 0, "%llu frames with a wrong slot or return address, %llu vector-free calls with an XSAVE area",
+        (unsigned long long)guard_bad_frames, (unsigned long long)guard_xsaves);
   /* refused: %rsp, a register past 15, a missing table, too many */
   struct bkf_guard bad[] = {{.n = 1, .reg = {4}, .table = {t}}, {.n = 1, .reg = {16}, .table = {t}},
                             {.n = 1, .reg = {3}, .table = {0}}, {.n = BKF_GUARD_MAX + 1}};
@@ -1254,7 +1269,7 @@ static void test_weave_guard(char *note) {
                              {.n = 1, .kind = {2}, .reg = {3}, .table = {t}}};
   for (unsigned i = 0; i < sizeof badf / sizeof badf[0]; i++)
     CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, 0, &badf[i]) == -EINVAL, "bad field guard %u accepted", i);
-  snprintf(note, 256, "%s; %llu handler runs", guarded ? "guards in the stub" : "no BMI2: unguarded",
+  snprintf(note, 256, "%s; %llu handler runs", guarded ? "guards called from the sled" : "no BMI2: unguarded",
            (unsigned long long)guard_calls);
 }
 

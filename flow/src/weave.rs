@@ -26,7 +26,7 @@ pub struct Generated {
     /// so the trampoline must save the vector state.
     pub needs_xsave: bool,
     /// Sleds woven behind a guard (bunkai_flow.h §4): every piece of code
-    /// at them is filtered on a flow, so the stub may skip the handler
+    /// at them is filtered on a flow, so the guard may skip the handler
     /// when no guard register can hold a key of its table.
     pub guarded: usize,
     /// Of those, the sleds whose guard reads a header member (xout); they
@@ -586,7 +586,7 @@ pub struct WeaveArgs {
     pub full_state: bool,
     /// Call the handler at every pass. By default a sled whose code is all
     /// filtered on a flow (xflow() advice on target(), transits, quits) is
-    /// guarded: its stub returns at once when the key cannot be in the flow
+    /// guarded: its guard returns at once when the key cannot be in the flow
     #[arg(long)]
     pub no_guard: bool,
     /// Say which trampoline the advice gets, and why; which sleds are guarded
@@ -726,7 +726,7 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
             eprintln!("bunkai flow: no guards (--no-guard): every pass through a woven sled calls the handler");
         } else {
             eprintln!(
-                "bunkai flow: {guarded} of {} sleds guarded (their code is filtered on a flow: the stub tests the key in its register against the flow's table, or an xout's header member for a flow ID, first); the others start flows, run actions or keep a key where the stub cannot test it, so every pass calls the handler",
+                "bunkai flow: {guarded} of {} sleds guarded (their code is filtered on a flow: the sled calls a guard that tests the key in its register against the flow's table, or an xout's header member for a flow ID, first); the others start flows, run actions or keep a key where a guard cannot test it, so every pass calls the handler",
                 g.sleds.len()
             );
             if no_field.get() {

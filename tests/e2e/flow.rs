@@ -1229,7 +1229,7 @@ fn memcaslap(port: u16, ops: u32) -> String {
 /// from its read buffer (try_read_command_ascii) through its reply objects
 /// to their release (resp_finish). Woven with --no-guard (every pass calls
 /// the handler), the same requests leave the same records at the same
-/// places: the guards in the sleds' stubs lose nothing. Woven and unwoven
+/// places: the sleds' guards lose nothing. Woven and unwoven
 /// five times under memcaslap's load, it serves every operation and answers
 /// the same after.
 #[test]
