@@ -18,9 +18,13 @@ Three parts, written to bench/results/flow-memcached.md:
    client sends set, get (hit), get (miss) and delete one at a time, and
    `bunkai flow report` gives each request's timeline from its read buffer to
    its reply.
-3. Table 3 on memcached: nothing woven, flow-filtered logging (only sets are
-   followed: memcached-sets.xml) and unfiltered logging (memcached-all.xml)
-   under memcaslap: throughput, records and their memory.
+3. Table 3 on memcached: nothing woven (twice: the second is the noise
+   floor), flow-filtered logging (only sets are followed:
+   memcached-sets.xml), the filter with no request followed, the filtered
+   aspect without guards (and with the full-state trampoline), and
+   unfiltered logging (memcached-all.xml) under memcaslap: throughput and
+   server CPU (each round against its own nothing-woven run), records and
+   their memory.
 
 The server runs on CPU 0 with one worker thread, memcaslap on CPU 1. Only
 loopback is used; every server started is stopped, also when interrupted.
@@ -177,10 +181,11 @@ def one_request_each(lab):
     return woven, weave_s, replies, rep
 
 
-BASE, FILT, NOTHING, NOGUARD, FULL, UNF = (
-    "nothing woven", "flow-filtered (sets followed)", "flow-filtered, no request followed",
-    "flow-filtered, no guards", "flow-filtered, no guards, full-state trampoline", "unfiltered (every access)")
-TABLE3_MODES = [(BASE, None, ()), (FILT, "memcached-sets.xml", ()), (NOTHING, "memcached-binary.xml", ()),
+BASE, BASE2, FILT, NOTHING, NOGUARD, FULL, UNF = (
+    "nothing woven", "nothing woven again (noise floor)", "flow-filtered (sets followed)",
+    "flow-filtered, no request followed", "flow-filtered, no guards", "flow-filtered, no guards, full-state trampoline",
+    "unfiltered (every access)")
+TABLE3_MODES = [(BASE, None, ()), (BASE2, None, ()), (FILT, "memcached-sets.xml", ()), (NOTHING, "memcached-binary.xml", ()),
                 (NOGUARD, "memcached-sets.xml", ("--no-guard",)),
                 (FULL, "memcached-sets.xml", ("--no-guard", "--full-state")), (UNF, "memcached-all.xml", ())]
 
@@ -188,7 +193,7 @@ TABLE3_MODES = [(BASE, None, ()), (FILT, "memcached-sets.xml", ()), (NOTHING, "m
 def table3(lab, rounds, ops, conc, modes=TABLE3_MODES):
     res = {m: {"tps": [], "cpu": [], "bytes": [], "records": [], "flows": [], "dropped": []} for m, _, _ in modes}
     for r in range(rounds):
-        for m, asp, opts in modes:
+        for m, asp, opts in modes[r % len(modes):] + modes[:r % len(modes)]:  # interleaved, rotating
             bufs = tempfile.mkdtemp(dir=lab.tmp)
             # a buffer big enough for every record of the unfiltered run
             # (sparse: only what is written takes memory)
@@ -306,31 +311,35 @@ def main():
 
     L.append("## 3. Table 3 on memcached: logging memory and throughput with and without the filter\n")
     n3 = len(t3[t3modes[0][0]]["tps"])
-    L.append(f"Each run a fresh server (flow cc, runtimes preloaded), woven before the load; {n3} rounds, interleaved, "
-             "medians. Filtered: `memcached-sets.xml` follows only sets (about one request in ten) and records only "
+    L.append(f"Each run a fresh server (flow cc, runtimes preloaded), woven before the load; {n3} rounds, interleaved in rotating order, "
+             "medians; \"against nothing woven\" and the CPU difference are the medians of each round's ratio to, and "
+             "difference from, that round's first nothing-woven run (the machine's drift between rounds cancels), and "
+             "the second nothing-woven run is the noise floor. Filtered: `memcached-sets.xml` follows only sets (about one request in ten) and records only "
              "their accesses; unfiltered: `memcached-all.xml`, the same advice on the same members of every "
              "connection and reply. Woven as `bunkai flow weave` does by default: vector-free (the advice builds "
              "with `-mgeneral-regs-only` and calls only the runtime, so the trampoline skips XSAVE/XRSTOR) and "
              "with guards (a sled whose code is all filtered on a flow tests the key's register against the flow "
-             "table's filter in its stub, and returns before anything is saved when the key cannot be followed). "
+             "table's filter in the guard it calls, which returns before anything is saved when the key cannot be followed). "
              "*No request followed* is `memcached-binary.xml`, the filtered aspect with its start moved where "
              "memcaslap's text protocol never goes: what the filter costs when nothing is followed. The *no "
              "guards* rows weave the filtered aspect with `--no-guard` (every pass runs the trampoline, the "
              "handler and get_flowid), and with `--full-state` too, as every weave was before this work. Server "
              "CPU is the server's own CPU time per operation (schedstat).\n")
-    L.append("| | throughput [ops/s] | against nothing woven | server CPU [ns/op] | records | dropped | memory [KiB] | flows |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    L.append("| | throughput [ops/s] | against nothing woven | server CPU [ns/op] | CPU against nothing woven [ns/op] | records | dropped | memory [KiB] | flows |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     m3 = {m: {k: (statistics.median(v) if v else None) for k, v in d.items()} for m, d in t3.items()}
-    b3 = m3[t3modes[0][0]]["tps"]
+    # paired with each round's first nothing-woven run
+    tr = {m: statistics.median(x / b for x, b in zip(t3[m]["tps"], t3[BASE]["tps"])) for m in t3}
+    cd = {m: statistics.median(x - b for x, b in zip(t3[m]["cpu"], t3[BASE]["cpu"])) for m in t3}
     for m, _, _ in t3modes:
         d = m3[m]
         fl = "-" if d["flows"] is None else f"{d['flows']:,.0f}"
-        L.append(f"| {m} | {d['tps']:,.0f} | {100 * (d['tps'] / b3 - 1):+.1f}% | {d['cpu']:,.0f} | {d['records']:,.0f} | "
+        L.append(f"| {m} | {d['tps']:,.0f} | {100 * (tr[m] - 1):+.1f}% | {d['cpu']:,.0f} | {cd[m]:+,.0f} | {d['records']:,.0f} | "
                  f"{d['dropped']:,.0f} | {d['bytes'] / 1024:,.1f} | {fl} |")
-    filt, unf, full, nothing, nog = m3[FILT], m3[UNF], m3[FULL], m3[NOTHING], m3[NOGUARD]
+    filt, unf = m3[FILT], m3[UNF]
     c3 = m3[BASE]["cpu"]
     ratio = filt["bytes"] / unf["bytes"] if unf["bytes"] else float("nan")
-    loss = 1 - filt["tps"] / b3
+    loss, noise3 = 1 - tr[FILT], abs(1 - tr[BASE2])
     L.append("")
     L.append(f"- Target: flow-filtered logging memory <= 10% of unfiltered: {100 * ratio:.1f}%: "
              f"**{'PASS' if ratio <= 0.10 else 'MISS'}** (paper: about 40%)")
@@ -339,16 +348,21 @@ def main():
     flows3 = filt["flows"] or float("nan")
     L.append(f"- Where the time goes (server CPU per operation against nothing woven, {c3:,.0f} ns): the unfiltered run "
              f"records every pass through a woven sled, {hits:.1f} per operation. With no request followed, the guards "
-             f"turn every pass away: {nothing['cpu'] - c3:+,.0f} ns per operation ({(nothing['cpu'] - c3) / hits:+.1f} ns "
+             f"turn every pass away: {cd[NOTHING]:+,.0f} ns per operation ({cd[NOTHING] / hits:+.1f} ns "
              f"per pass). Without guards each pass costs the trampoline, the handler and get_flowid: "
-             f"{nog['cpu'] - c3:+,.0f} ns per operation ({(nog['cpu'] - c3) / hits:+.1f} ns per pass). Following the "
-             f"sets costs {filt['cpu'] - c3:+,.0f} ns per operation, that is {(filt['cpu'] - nothing['cpu']) * ops3 / flows3 / 1000:.1f} µs "
+             f"{cd[NOGUARD]:+,.0f} ns per operation ({cd[NOGUARD] / hits:+.1f} ns per pass). Following the "
+             f"sets costs {cd[FILT]:+,.0f} ns per operation, that is {(cd[FILT] - cd[NOTHING]) * ops3 / flows3 / 1000:.1f} µs "
              f"per followed request beyond the filter ({filt['records'] / flows3:.0f} records each, and every pass "
-             "through its objects' sleds running the advice).")
-    L.append(f"- Target: throughput loss of flow-filtered logging <= 2%: {100 * loss:.1f}%: "
-             f"**{'PASS' if loss <= 0.02 else 'MISS'}** (no guards: {100 * (1 - nog['tps'] / b3):.1f}%; no guards "
-             f"and the full-state trampoline: {100 * (1 - full['tps'] / b3):.1f}%; with no request followed: "
-             f"{100 * (1 - nothing['tps'] / b3):.1f}%)")
+             f"through its objects' sleds running the advice). The noise floor of these differences: {cd[BASE2]:+,.0f} ns "
+             "per operation.")
+    # a verdict only when this run can tell: MISS when the loss exceeds 2%
+    # by more than the noise floor
+    verdict = ("MISS" if loss - noise3 > 0.02 else "PASS" if loss <= 0.02 else
+               f"not resolved: this run's noise floor is {100 * noise3:.1f}%")
+    L.append(f"- Target: throughput loss of flow-filtered logging <= 2%: {100 * loss:.1f}% (noise floor, nothing woven "
+             f"against nothing woven: {100 * noise3:.1f}%): **{verdict}** (no guards: {100 * (1 - tr[NOGUARD]):.1f}%; no guards "
+             f"and the full-state trampoline: {100 * (1 - tr[FULL]):.1f}%; with no request followed: "
+             f"{100 * (1 - tr[NOTHING]):.1f}%)")
     print(write_result(a.out, L))
     ok = len(flows) == len(replies) and all(f["steps"][-1]["function"] == "resp_finish" for f in flows)
     if not ok:

@@ -192,7 +192,7 @@ def main():
         "A call of a function that is one sled and a `ret`, the key in `%rdi`, 2,000 calls a batch; the handler "
         "does what `xflow()`-filtered advice does first, `get_flowid(table, key)`. *Unpatched* is the baseline "
         "(the call and the 11-byte nop). The guard (`bkf_weave_guarded`, bunkai_flow.h §4) tests `%rdi` against "
-        "the table's filter in the sled's stub and returns before anything is saved when the key cannot be in "
+        "the table's filter in the guard the sled calls (code every sled with those tests shares), which returns before anything is saved when the key cannot be in "
         "the flow; `weave` guards every sled whose code is filtered on a flow.\n"
     )
     L.append("| sled | ours (.so) | ours (.a) | over unpatched (.a) |")
