@@ -79,6 +79,12 @@
  *              accessing instruction, for <after> advice; only with the
  *              pass option -bunkai-flow-after. A load's operands add
  *              "$value", the value it read.
+ *     exit:    "-\t-\tfunction\tfile\tline\texit\t0\tOPERANDS" (kind
+ *              BKF_KIND_EXIT): a sled right before each return of a
+ *              function that has an entry join point, for <after> advice
+ *              on the entry (the paper's after-return); only with
+ *              -bunkai-flow-after. Operands: "$retval" (the value returned,
+ *              if any) and the variables visible at the return.
  * OPERANDS is a space-separated list of name=location, where name is
  * "$base" (the struct pointer of an access), "$arg0".."$argN" (function
  * arguments at entry) or a C local variable or parameter visible at the join
@@ -139,7 +145,7 @@
 #define BKF_SECTION "bunkai_flow_jp"
 #define BKF_JP_MAGIC 0x50464b42u /* "BKFP" */
 #define BKF_SLED_SIZE 11
-enum { BKF_KIND_ACCESS = 1, BKF_KIND_ENTRY = 2, BKF_KIND_AFTER = 3 };
+enum { BKF_KIND_ACCESS = 1, BKF_KIND_ENTRY = 2, BKF_KIND_AFTER = 3, BKF_KIND_EXIT = 4 };
 
 #define BKF_IDS_PATH "/dev/shm/bunkai-flow.ids"
 #define BKF_BUF_DIR "/dev/shm"

@@ -13,6 +13,9 @@
 //            optimisations sometimes leave are not recognised.
 //   entry    every defined function with debug info, after its allocas:
 //            $arg0..$argN are the IR arguments.
+//   exit     with -bunkai-flow-after, the same functions' returns: a sled
+//            right before each `ret` (not after a musttail call, which
+//            must stay last), $retval the value returned.
 //
 // Each join point also names the C variables visible there (Variables.h)
 // and where each lives. The function, file and line are the source's: an
@@ -197,7 +200,7 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
     if (F.isDeclaration() || !SP || F.hasAvailableExternallyLinkage() ||
         F.hasFnAttribute(Attribute::Naked))
       continue;
-    std::vector<Site> Sites;
+    std::vector<Site> Sites, Exits;
     DominatorTree &DT = FAM.getResult<DominatorTreeAnalysis>(F);
     Variables Vars(F, DT);
 
@@ -209,6 +212,24 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
       Site S{At, Record{BKF_KIND_ENTRY, "-", "-", SP->getName().str(),
                         SP->getFilename().str(), SP->getLine(), "entry"}};
       Sites.push_back(std::move(S));
+      // <after> advice on the entry runs at the function's returns
+      if (Opts.After)
+        for (BasicBlock &B : F) {
+          auto *Ret = dyn_cast<ReturnInst>(B.getTerminator());
+          if (!Ret)
+            continue;
+          if (auto *CI = dyn_cast_or_null<CallInst>(Ret->getPrevNode()))
+            if (CI->isMustTailCall()) {
+              skip(Ret->getDebugLoc().get(), "a return after a musttail call");
+              continue;
+            }
+          const DILocation *Loc = Ret->getDebugLoc().get();
+          Site X{Ret, Record{BKF_KIND_EXIT, "-", "-", SP->getName().str(),
+                             SP->getFilename().str(), Loc ? Loc->getLine() : SP->getLine(), "exit"}};
+          if (Opts.Locals)
+            X.Vars = Vars.at(Ret, Loc);
+          Exits.push_back(std::move(X));
+        }
     }
 
     for (Instruction &I : instructions(F)) {
@@ -278,6 +299,8 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
     if (!Sites.empty() && Opts.Locals && Opts.Entry &&
         Sites.front().R.Kind == BKF_KIND_ENTRY)
       Sites.front().Vars = Vars.at(Sites.front().At, nullptr);
+    for (Site &X : Exits)
+      Sites.push_back(std::move(X));
 
     // A patched sled calls its trampoline, and the call pushes a return
     // address at -8(%rsp): in a leaf function's red zone that may be live
@@ -295,6 +318,9 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
       if (S.R.Kind == BKF_KIND_ENTRY) {
         for (Argument &A : F.args())
           Ops.push_back({"$arg" + std::to_string(A.getArgNo()), &A});
+      } else if (S.R.Kind == BKF_KIND_EXIT) {
+        if (Value *V = cast<ReturnInst>(S.At)->getReturnValue())
+          Ops.push_back({"$retval", V});
       } else {
         Ops.push_back({"$base", baseOf(S.GEP, S.Prefix, Pt)});
         if (S.After && isa<LoadInst>(S.At))

@@ -42,8 +42,9 @@ static cl::opt<bool>
 static cl::opt<bool>
     ClAfter("bunkai-flow-after",
             cl::desc("bunkai flow: also place a sled right after each "
-                     "struct member access, for <after> advice (doubles the "
-                     "access sleds)"),
+                     "struct member access and before each return of a "
+                     "function with an entry join point, for <after> advice "
+                     "(doubles the sleds)"),
             cl::init(false));
 static cl::opt<unsigned>
     ClMaxOperands("bunkai-flow-max-operands",

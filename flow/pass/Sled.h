@@ -39,13 +39,13 @@
 namespace bunkai::flow {
 
 struct Record {
-  unsigned Kind;          // BKF_KIND_ACCESS or BKF_KIND_ENTRY
+  unsigned Kind;          // BKF_KIND_ACCESS, _ENTRY, _AFTER or _EXIT
   std::string Struct;     // "-" for an entry
   std::string Member;     // "-" for an entry
   std::string Function;   // source name
   std::string File;
   unsigned Line = 0;
-  std::string Access;     // load, store, addr or entry
+  std::string Access;     // load, store, addr, entry or exit
   uint64_t Bits = 0;      // the member's width (0 for an entry)
 };
 

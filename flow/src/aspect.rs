@@ -680,8 +680,9 @@ fn prim(lx: &mut Lexer) -> Result<Expr, Diag> {
         }
         "local_var" => {
             want(2, 2, "(PROGRAM_VARIABLE, ADVICE_NAME)")?;
-            // $value: what the load read, at the sleds after loads (<after>)
-            let var = if args[0] == "$value" { args[0].clone() } else { ident(&args[0], "variable")? };
+            // $value: what the load read, at the sleds after loads; $retval:
+            // what the function returns, at its exit sleds (both <after>)
+            let var = if args[0] == "$value" || args[0] == "$retval" { args[0].clone() } else { ident(&args[0], "variable")? };
             Prim::LocalVar { var, name: ident(&args[1], "name")? }
         }
         "within_function" => {

@@ -14,7 +14,7 @@
 //! move/copy/xin/xout from and to) is visible at every join point selected.
 
 use crate::aspect::{self, Aspect, Diag, Expr, How, Pointcut, Pos, Prim};
-use crate::joinpoints::{self, JoinPoint, Kind};
+use crate::joinpoints::{self, Access, JoinPoint, Kind};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -297,7 +297,7 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
             d.push(Diag {
                 pos: u.pointcut.pos,
                 msg: format!(
-                    "{}: <after> runs at sleds after the accesses, and {} has none (build it with `bunkai flow cc -mllvm -bunkai-flow-after`)",
+                    "{}: <after> runs at sleds after the accesses and at functions' returns, and {} has none (build it with `bunkai flow cc -mllvm -bunkai-flow-after`)",
                     u.what,
                     names()
                 ),
@@ -309,11 +309,16 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
             });
         }
         for (var, pos) in &u.needs {
-            // $value exists only after a load; <before> code sees it as null
+            // $value exists only after a load, $retval only at a return (of
+            // a function that returns a value); elsewhere code sees null
             let missing: Vec<&JoinPoint> = sel
                 .iter()
                 .map(|&(pi, ji)| &progs[pi].jps[ji])
-                .filter(|jp| jp.operand(var).is_none() && (var != "$value" || jp.after))
+                .filter(|jp| {
+                    jp.operand(var).is_none()
+                        && (var != "$value" || (jp.after && jp.access != Access::Exit))
+                        && (var != "$retval" || jp.access == Access::Exit)
+                })
                 .collect();
             if let Some(jp) = missing.first() {
                 let more = if missing.len() > 1 { format!(" and {} more join points", missing.len() - 1) } else { String::new() };

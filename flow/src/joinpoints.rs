@@ -36,6 +36,7 @@ pub const UNPATCHED_SLED: [u8; SLED_SIZE] = [
 const KIND_ACCESS: u16 = 1;
 const KIND_ENTRY: u16 = 2;
 const KIND_AFTER: u16 = 3;
+const KIND_EXIT: u16 = 4;
 const HEADER: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,8 @@ pub enum Access {
     /// `&p->member` handed to a call.
     Addr,
     Entry,
+    /// A function's return (kind Entry, after: <after> advice on the entry).
+    Exit,
 }
 
 impl Access {
@@ -60,6 +63,7 @@ impl Access {
             Access::Store => "store",
             Access::Addr => "addr",
             Access::Entry => "entry",
+            Access::Exit => "exit",
         }
     }
 }
@@ -159,13 +163,14 @@ pub struct JoinPoint {
     pub line: u32,
     pub access: Access,
     /// A sled right after the access (BKF_KIND_AFTER, `-mllvm
-    /// -bunkai-flow-after`), for `<after>` advice; false: before it.
+    /// -bunkai-flow-after`), or at a return of an entry's function
+    /// (BKF_KIND_EXIT), for `<after>` advice; false: before it.
     pub after: bool,
     /// The member's width in bits (a bitfield's storage unit); 0 for an
     /// entry.
     pub bits: u32,
     /// "$base" (the struct instance), "$arg0".., then named C variables;
-    /// after a load, "$value" (what it read).
+    /// after a load, "$value" (what it read); at an exit, "$retval".
     pub operands: Vec<(String, Location)>,
 }
 
@@ -242,6 +247,7 @@ pub fn parse(data: &[u8], addr: u64) -> std::result::Result<Vec<JoinPoint>, Tabl
             KIND_ACCESS => (Kind::Access, false),
             KIND_ENTRY => (Kind::Entry, false),
             KIND_AFTER => (Kind::Access, true),
+            KIND_EXIT => (Kind::Entry, true),
             k => return err(at + 8, format!("unknown join-point kind {k}")),
         };
         let len = u32_at(data, at + 12) as usize;
@@ -265,6 +271,9 @@ pub fn parse(data: &[u8], addr: u64) -> std::result::Result<Vec<JoinPoint>, Tabl
             offset: text_at,
             what,
         })?;
+        if jp.kind == Kind::Entry && (jp.access == Access::Exit) != after {
+            return err(at + 8, format!("kind {} with access {:?}", if after { "exit" } else { "entry" }, jp.access.as_str()));
+        }
         jp.after = after;
         out.push(jp);
         at = text_at + ((len + 3) & !3);
@@ -290,9 +299,10 @@ fn parse_text(
         "store" => Access::Store,
         "addr" => Access::Addr,
         "entry" => Access::Entry,
+        "exit" => Access::Exit,
         a => return Err(format!("unknown access {a:?}")),
     };
-    if (kind == Kind::Entry) != (access == Access::Entry) {
+    if (kind == Kind::Entry) != matches!(access, Access::Entry | Access::Exit) {
         return Err(format!("a {:?} record with access {:?}", kind, f[5]));
     }
     let line = f[4]

@@ -11,7 +11,7 @@
 
 use crate::aspect::{Aspect, How, Prim};
 use crate::check::{uses, Program};
-use crate::joinpoints::{Base, JoinPoint, Kind, Location};
+use crate::joinpoints::{Access, Base, JoinPoint, Kind, Location};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -180,13 +180,21 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                         let loc = operand(jp, "$base", &u.what)?;
                         let _ = writeln!(c, "      void *{v} = {};", pointer_value(loc, v, jp)?);
                     }
-                    Prim::LocalVar { var, name } if var == "$value" && !jp.after => {
+                    Prim::LocalVar { var, name } if var == "$value" && (!jp.after || jp.access == Access::Exit) => {
                         let _ = writeln!(c, "      void *{name} = 0; /* $value: only after a load */");
                     }
-                    Prim::LocalVar { var, name } => {
-                        let loc = operand(jp, var, &u.what)?;
-                        let _ = writeln!(c, "      void *{name} = {};", address_of(loc, var, jp)?);
+                    Prim::LocalVar { var, name } if var == "$retval" && jp.access != Access::Exit => {
+                        let _ = writeln!(c, "      void *{name} = 0; /* $retval: only at a return */");
                     }
+                    Prim::LocalVar { var, name } => match operand(jp, var, &u.what)? {
+                        // a constant (`return 0;`): the advice reads a copy
+                        Location::Imm(v) => {
+                            let _ = writeln!(c, "      uint64_t {name}__imm = (uint64_t){v}ll; void *{name} = &{name}__imm;");
+                        }
+                        loc => {
+                            let _ = writeln!(c, "      void *{name} = {};", address_of(loc, var, jp)?);
+                        }
+                    },
                     _ => {}
                 }
             }

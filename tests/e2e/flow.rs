@@ -1298,9 +1298,10 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     drop(srv);
 }
 
-/// With sleds after the accesses too, every sled patched: the program
-/// behaves the same, and the sled after a load finds what it read
-/// ($value) where the table says.
+/// With sleds after the accesses and at the returns too, every sled
+/// patched: the program behaves the same, the sled after a load finds what
+/// it read ($value) and a return's sled the value returned ($retval) where
+/// the table says.
 #[test]
 fn after_sleds_find_the_loaded_value_where_the_table_says() {
     let d = tempfile::tempdir().unwrap();
@@ -1317,6 +1318,99 @@ fn after_sleds_find_the_loaded_value_where_the_table_says() {
     assert_eq!(values.iter().map(|v| v & 0xffff_ffff).collect::<Vec<_>>(), want, "what pkt_clone's load of skb->len read");
     // before-only hits have no $value
     assert!(hits.iter().filter(|h| h.3 == "store").all(|h| !h.4.contains_key("$value")));
+    // exit sleds: checksum's return finds the checksum main prints, and
+    // each function with an exit runs it as often as its entry
+    let printed: u64 = plain.stdout.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    let rets: Vec<u64> = hits.iter().filter(|h| h.0 == "checksum" && h.3 == "exit").map(|h| h.4["$retval"]).collect();
+    assert_eq!(rets, vec![printed], "checksum's $retval");
+    for f in ["pkt_alloc", "pkt_clone", "queue_push", "checksum", "pkt_free"] {
+        let n = |a: &str| hits.iter().filter(|h| h.0 == f && h.3 == a).count();
+        assert!(n("entry") > 0 && n("entry") == n("exit"), "{f}: {} entries, {} exits", n("entry"), n("exit"));
+    }
+    // pkt_alloc returns the packet it filled: its exit's $retval is the
+    // $base of its stores
+    let allocs: Vec<u64> = hits.iter().filter(|h| h.0 == "pkt_alloc" && h.3 == "exit").map(|h| h.4["$retval"]).collect();
+    let mut stored: Vec<u64> = hits.iter().filter(|h| h.0 == "pkt_alloc" && h.2 == "pkt.next" && h.3 == "store").map(|h| h.4["$base"]).collect();
+    stored.dedup(); // the store's sleds before and after it
+    assert!(allocs.len() == 100 && allocs == stored, "{} exits, {} stores", allocs.len(), stored.len());
+}
+
+/// `<after>` on a function entry runs at the function's returns (the
+/// paper's after-return; exit sleds come with `-bunkai-flow-after`), once per
+/// call, after `<before>` at its entry, and `local_var($retval, r)` points at
+/// the value returned: here checksum's result, which the program prints.
+#[test]
+fn after_advice_on_a_function_entry_runs_at_its_returns_with_the_value_returned() {
+    use std::io::{BufRead, Write};
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("pktserver-after");
+    flow_cc("pktserver", &["-O2", "-mllvm", "-bunkai-flow-after"], &exe);
+    let jps = points(&exe);
+    let exits: Vec<&Value> = jps.iter().filter(|j| j["access"] == "exit").collect();
+    for x in &exits {
+        assert!(x["kind"] == "entry" && x["after"] == true, "{x}");
+        assert!(
+            jps.iter().any(|e| e["access"] == "entry" && e["function"] == x["function"]),
+            "an exit without its function's entry: {x}"
+        );
+    }
+    let cs: Vec<&&Value> = exits.iter().filter(|x| x["function"] == "checksum").collect();
+    assert!(!cs.is_empty(), "checksum has no exit sled");
+    for x in &cs {
+        assert!(x["operands"].as_array().unwrap().iter().any(|o| o["name"] == "$retval"), "{x}");
+    }
+    // a function that returns nothing has exits without $retval
+    let free: Vec<&&Value> = exits.iter().filter(|x| x["function"] == "pkt_free").collect();
+    assert!(!free.is_empty() && free.iter().all(|x| x["operands"].as_array().unwrap().iter().all(|o| o["name"] != "$retval")));
+
+    let asp = d.path().join("exit.xml");
+    std::fs::write(
+        &asp,
+        "<advice>\n  <pointcut>within_function(checksum) AND NOT access(pkt.%) AND NOT access(queue.%) AND local_var($retval, r)</pointcut>\n  \
+         <before>STORE_DATA2($pc$, 3);</before>\n  <after>STORE_DATA3($pc$, 4, *(uint64_t *)r);</after>\n</advice>\n",
+    )
+    .unwrap();
+    // $retval where nothing is returned: refused, naming the place
+    let bad = d.path().join("bad.xml");
+    std::fs::write(
+        &bad,
+        "<advice>\n  <pointcut>within_function(pkt_free) AND NOT access(pkt.%) AND local_var($retval, r)</pointcut>\n  \
+         <after>STORE_DATA1(r);</after>\n</advice>\n",
+    )
+    .unwrap();
+    let (_, err) = bunkai_fails(&["flow", "check", bad.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("$retval") && err.contains("pkt_free") && err.contains(":2:"), "{err}");
+
+    let bufs = d.path().join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    let (mut srv, pid, mut input, mut output) = weavable_session(&exe, &bufs);
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    bunkai_ok(&["flow", "weave", "--pid", &pid, asp.to_str().unwrap()]);
+    let mut sums = Vec::new();
+    for n in [3, 5, 2] {
+        input.write_all(format!("go {n}\n").as_bytes()).unwrap();
+        line.clear();
+        output.read_line(&mut line).unwrap();
+        sums.push(line.trim().rsplit(' ').next().unwrap().parse::<u64>().unwrap_or_else(|_| panic!("{line}")));
+    }
+    bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    drop(input);
+    assert!(srv.wait().unwrap().success());
+
+    let dump: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
+    let recs = dump["buffers"][0]["records"].as_array().unwrap();
+    // in buffer order: entry, exit with the sum, once per call
+    let seq: Vec<(u64, Option<u64>)> = recs.iter().map(|r| (r["values"][1].as_u64().unwrap(), r["values"].get(2).and_then(|v| v.as_u64()))).collect();
+    let want: Vec<(u64, Option<u64>)> = sums.iter().flat_map(|&s| [(3, None), (4, Some(s))]).collect();
+    assert_eq!(seq, want, "records {recs:?}");
+    for r in recs {
+        let jp = &jps[r["jp"].as_u64().unwrap() as usize];
+        assert_eq!(jp["function"], "checksum", "{r}");
+        assert_eq!(jp["access"], if r["values"][1] == 3 { "entry" } else { "exit" }, "{r} ran at {jp}");
+    }
 }
 
 /// `<after>` advice: `-mllvm -bunkai-flow-after` puts a second sled right
@@ -1334,9 +1428,10 @@ fn after_advice_runs_after_the_access_and_sees_the_loaded_value() {
     let plain = d.path().join("pktserver");
     flow_cc("pktserver", &["-O2"], &plain);
 
-    // every after sled follows a before sled of the same access
+    // every after sled of an access follows a before sled of the same
+    // access (the exit sleds at returns have a test of their own)
     let jps = points(&exe);
-    let afters: Vec<&Value> = jps.iter().filter(|j| j["after"] == true).collect();
+    let afters: Vec<&Value> = jps.iter().filter(|j| j["after"] == true && j["access"] != "exit").collect();
     assert!(afters.len() >= 10, "{} after sleds", afters.len());
     for a in &afters {
         assert_eq!(a["kind"], "access", "{a}");
