@@ -917,10 +917,20 @@ fn emit_generates_a_module_that_compiles() {
     let info = String::from_utf8(bunkai_ok(&["mod", "info", obj.to_str().unwrap()]).stdout).unwrap();
     assert!(info.starts_with("flow_packets 1 "), "{info}");
     assert!(info.contains("bkf_weave") && info.contains("register_flowid"), "{info}");
-    // each part where its pointcut is, the xflow's code before the advice
+    // each part where its pointcut is, the xflow's code before the advice.
+    // A case's labels name its parts in order, one comment line each, and
+    // the parts' code follows in the same order (cases with the same code
+    // share it: the labels of several sleds, then one body)
     let block = |what: &str| -> String {
         let at = src.find(&format!("/* {what} ")).unwrap_or_else(|| panic!("{what}: {src}"));
-        src[at..].split("\n    }\n").next().unwrap().to_string()
+        let line_start = src[..at].rfind('\n').unwrap() + 1;
+        let comment = src[line_start..].lines().next().unwrap().to_string();
+        let after: Vec<&str> = src[line_start..].lines().collect();
+        // this part's place among the comment lines of its case
+        let before = src[..line_start].lines().rev().take_while(|l| l.starts_with("    /* ")).count();
+        let rest = after.iter().skip_while(|l| l.starts_with("    /* ") || l.starts_with("  case ")).cloned().collect::<Vec<_>>().join("\n");
+        let part = rest.split("\n    }\n").nth(before).unwrap_or_else(|| panic!("{what}: part {before} of {rest}"));
+        format!("{comment}\n{part}")
     };
     let start = block("xflow pktflow start 1");
     assert!(start.contains("pkt_alloc */") && start.contains("register_flowid(T_pktflow, key__, get_new_flowid())"), "{start}");
