@@ -632,6 +632,22 @@ fn weavable_session(
     (srv, pid, input, output)
 }
 
+/// pktserver (or a build of it) started weavable, its buffers in a new
+/// directory `bufs` under dir, once it has said "ready".
+fn pktserver_session(
+    exe: &Path,
+    dir: &Path,
+) -> (std::process::Child, String, std::process::ChildStdin, std::io::BufReader<std::process::ChildStdout>, PathBuf) {
+    use std::io::BufRead;
+    let bufs = dir.join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    let (srv, pid, input, mut output) = weavable_session(exe, &bufs);
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    (srv, pid, input, output, bufs)
+}
+
 fn aspect(name: &str) -> PathBuf {
     program(&format!("flow/aspects/{name}.xml"))
 }
@@ -1392,12 +1408,8 @@ fn after_advice_on_a_function_entry_runs_at_its_returns_with_the_value_returned(
     one_line(&err);
     assert!(err.contains("$retval") && err.contains("pkt_free") && err.contains(":2:"), "{err}");
 
-    let bufs = d.path().join("bufs");
-    std::fs::create_dir(&bufs).unwrap();
-    let (mut srv, pid, mut input, mut output) = weavable_session(&exe, &bufs);
+    let (mut srv, pid, mut input, mut output, bufs) = pktserver_session(&exe, d.path());
     let mut line = String::new();
-    output.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
     bunkai_ok(&["flow", "weave", "--pid", &pid, asp.to_str().unwrap()]);
     let mut sums = Vec::new();
     for n in [3, 5, 2] {
@@ -1472,12 +1484,8 @@ fn after_advice_runs_after_the_access_and_sees_the_loaded_value() {
         p.stdin.take().unwrap().write_all(b"go 3\n").unwrap();
         String::from_utf8(p.wait_with_output().unwrap().stdout).unwrap()
     };
-    let bufs = d.path().join("bufs");
-    std::fs::create_dir(&bufs).unwrap();
-    let (mut srv, pid, mut input, mut output) = weavable_session(&exe, &bufs);
+    let (mut srv, pid, mut input, mut output, bufs) = pktserver_session(&exe, d.path());
     let mut line = String::new();
-    output.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
     // woven twice: vector-free (the default for this advice), then with
     // --full-state; -v says which trampoline and why
     for (opts, said, why) in [
