@@ -405,13 +405,16 @@ fn serving(h: &Hosts, k: usize) -> Node {
     Node::start(c)
 }
 
-/// The share test programs, built once per test binary run.
+/// The share test programs, built once per test binary run into
+/// build/tests/share (a temporary directory held by a static was never
+/// removed: statics are not dropped at exit).
 fn share_program(name: &str) -> PathBuf {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let dir = DIR.get_or_init(|| {
-        let d = tempfile::Builder::new().prefix("bk-share-progs").tempdir().unwrap();
+        let d = root().join("build/tests/share");
+        std::fs::create_dir_all(&d).unwrap();
         for n in ["basic", "sync"] {
-            let out = d.path().join(n);
+            let out = d.join(n);
             let st = Command::new("clang-14")
                 .args(["-O2", "-pthread", "-o"])
                 .arg(&out)
@@ -422,7 +425,7 @@ fn share_program(name: &str) -> PathBuf {
         }
         d
     });
-    dir.path().join(name)
+    dir.join(name)
 }
 
 /// Runs argv natively in the home namespace and under `bunkai share run`
