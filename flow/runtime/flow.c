@@ -357,18 +357,20 @@ static uint64_t auxv_find(const uint64_t *auxv, long bytes, uint64_t type) {
   return 0;
 }
 
-/* The start of the mapping named [vdso] in /proc/self/maps, or 0. */
-static uint64_t vdso_from_maps(void) {
+/* The start of the mapping named [vdso] in /proc/self/maps, or 0. (Not
+ * inlined, nor is vdso_from_auxv: this may run on a signal stack, and only
+ * one of their buffers should be on it at a time.) */
+static __attribute__((noinline)) uint64_t vdso_from_maps(void) {
   int fd = (int)sc3(SYS_open, "/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return 0;
-  char b[512], tail[8] = {0}; /* the line's last characters */
+  char b[256], tail[8] = {0}; /* the line's last 7 characters */
   uint64_t start = 0, found = 0;
   int in_addr = 1;
   for (long n; !found && (n = sc3(SYS_read, fd, b, sizeof b)) > 0;)
     for (long i = 0; i < n && !found; i++) {
       char c = b[i];
       if (c == '\n') {
-        if (sequal(tail + 1, "[vdso]")) found = start;
+        if (sequal(tail, " [vdso]")) found = start; /* the whole name: not a file called x[vdso] */
         start = 0, in_addr = 1;
         for (int k = 0; k < 8; k++) tail[k] = 0;
         continue;
@@ -385,8 +387,8 @@ static uint64_t vdso_from_maps(void) {
   return found;
 }
 
-static uint64_t vdso_base(void) {
-  uint64_t auxv[2 * 40]; /* small: this may run on a signal stack */
+static __attribute__((noinline)) uint64_t vdso_from_auxv(void) {
+  uint64_t auxv[2 * 24]; /* AT_SYSINFO_EHDR comes first on x86-64 */
   long n = sc3(SYS_prctl, PR_GET_AUXV, auxv, sizeof auxv);
   /* n is the vector's full size; what did not fit was cut off. */
   if (n > 0) {
@@ -395,7 +397,7 @@ static uint64_t vdso_base(void) {
   }
   uint64_t base = 0;
   int fd = (int)sc3(SYS_open, "/proc/self/auxv", O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return vdso_from_maps();
+  if (fd < 0) return 0;
   for (;;) {
     long r = sc3(SYS_read, fd, auxv, sizeof auxv); /* /proc gives whole entries */
     if (r <= 0) break;
@@ -404,6 +406,11 @@ static uint64_t vdso_base(void) {
   }
   sc1(SYS_close, fd);
   return base;
+}
+
+static uint64_t vdso_base(void) {
+  uint64_t b = vdso_from_auxv();
+  return b ? b : vdso_from_maps();
 }
 
 static clock_fn vdso_lookup(void) {
@@ -1000,6 +1007,7 @@ struct wslot {
   uint64_t sled;                 /* 0: free */
   uint64_t stub;
   uint64_t call;                 /* what the woven sled calls: the stub or a guard */
+  int patched;                   /* bytes 2..10 written once: from now on only their rel32 changes */
   bkf_handler h;                 /* seq_cst */
   void *arg;
   uint32_t jp;
@@ -1094,7 +1102,8 @@ static int rmap_add(uint64_t sled, uint32_t n) {
     struct rmap *b = map_anon(sizeof *b + cap * 8, MAP_PRIVATE);
     if (!b) return 0;
     b->mask = cap - 1;
-    for (uint32_t k = 0; k < n; k++) rmap_put(b, W.slots[k].sled, k);
+    for (uint32_t k = 0; k < n; k++)
+      if (W.slots[k].sled < (1ull << 47)) rmap_put(b, W.slots[k].sled, k);
     __atomic_store_n(&rmap, b, __ATOMIC_RELEASE);
     t = b;
   }
@@ -1336,7 +1345,9 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
   W.slots[n].sled = sled;
   W.slots[n].stub = (uint64_t)(uintptr_t)st;
   W.slots[n].call = W.slots[n].stub;
-  if (!rmap_add(sled, n)) return 0; /* (the stub's bytes stay unused) */
+  /* (a failed add leaves the stub's bytes unused; a sled past 2^47 is never
+   * guarded, so never looked up: its key would not fit) */
+  if (sled < (1ull << 47) && !rmap_add(sled, n)) return 0;
   W.nslots = n + 1;
   *ix = n + 1;
   *slot = n;
@@ -1437,12 +1448,12 @@ static int near_enough(uint64_t a, uint64_t b) {
  * a filter, no memory, too many guards. */
 static uint64_t guard_make(const struct bkf_guard *g, unsigned mode, uint64_t sled) {
   for (uint32_t i = 0; i < W.nguards; i++)
-    if (guard_same(&W.guards[i].spec, g) && W.guards[i].mode == mode && near_enough(sled, W.guards[i].code))
+    if (guard_same(&W.guards[i].spec, g) && W.guards[i].mode == mode && near_enough(sled + 7, W.guards[i].code))
       return W.guards[i].code;
   if (!W.bmi2 || W.nguards == GUARD_CODES) return 0;
   for (uint32_t k = 0; k < g->n; k++)
     if (g->kind[k] == BKF_GUARD_KEY && !g->table[k]->filter) return 0;
-  if (!W.gpage.base || W.gpage.used + GUARD_MAX_BYTES > PAGE || !near_enough(sled, W.gpage.base)) {
+  if (!W.gpage.base || W.gpage.used + GUARD_MAX_BYTES > PAGE || !near_enough(sled + 7, W.gpage.base)) {
     uint64_t r = page_near(sled);
     if (!r) return 0;
     W.gpage.base = r, W.gpage.used = 0;
@@ -1503,10 +1514,20 @@ static uint64_t guard_make(const struct bkf_guard *g, unsigned mode, uint64_t sl
   return (uint64_t)(uintptr_t)start;
 }
 
+/* The call's rel32 (bytes 3..6 of the sled) crosses a cache line: it cannot
+ * be replaced with one atomic store. */
+static int rel32_split(uint64_t sled) { return ((sled + 3) & 63) > 60; }
+
 /* What sled (slot) calls, woven with guard g (NULL or n == 0: none) and
- * flags mode: its guard, or its stub. */
+ * flags mode: its guard, or its stub. A sled woven before may be woven
+ * again with another target while a thread sits between its `66 90` and
+ * its call (preempted there, say): the new target is then one aligned-
+ * within-a-line 4-byte store of the rel32, so that thread calls the old
+ * target or the new one, both harmless. A sled whose rel32 straddles a
+ * cache line always calls its stub, which never changes; so does one
+ * outside the return map's 47-bit range (5-level paging). */
 static uint64_t call_target(const struct bkf_guard *g, unsigned mode, uint64_t sled, uint32_t slot) {
-  uint64_t code = g && g->n ? guard_make(g, mode, sled) : 0;
+  uint64_t code = g && g->n && !rel32_split(sled) && sled < (1ull << 47) ? guard_make(g, mode, sled) : 0;
   return code ? code : W.slots[slot].stub;
 }
 
@@ -1599,7 +1620,14 @@ API int bkf_weave_guarded(int n, const uint64_t *sleds, const uint32_t *jps, bkf
     uint8_t cb[9];
     call_bytes(sleds[i], W.slots[slot].call, cb);
     uint8_t *s = (uint8_t *)(uintptr_t)sleds[i];
-    for (int k = 0; k < 9; k++) s[2 + k] = cb[k];
+    if (!W.slots[slot].patched) { /* the 11-byte nop: no thread is inside it */
+      for (int k = 0; k < 9; k++) s[2 + k] = cb[k];
+      W.slots[slot].patched = 1;
+    } else if (!same(s + 3, cb + 1, 4)) { /* a new target: one store (see call_target) */
+      uint32_t rel;
+      __builtin_memcpy(&rel, cb + 1, 4);
+      __asm__ volatile("movl %1, (%0)" : : "r"(s + 3), "r"(rel) : "memory");
+    }
   }
   sync_cores();
   for (int i = 0; i < n; i++)
