@@ -55,6 +55,16 @@ namespace bunkai::flow {
 
 namespace {
 
+// A return that must stay right after a musttail call (with at most
+// bitcasts of its value between them): no sled may go in between.
+bool afterMustTail(const ReturnInst *Ret) {
+  const Instruction *P = Ret->getPrevNode();
+  while (P && isa<BitCastInst>(P))
+    P = P->getPrevNode();
+  auto *CI = dyn_cast_or_null<CallInst>(P);
+  return CI && CI->isMustTailCall();
+}
+
 // One join point found, before anything is inserted.
 struct Site {
   Instruction *At;          // the sled goes right before it (after: right after it)
@@ -218,16 +228,23 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
           auto *Ret = dyn_cast<ReturnInst>(B.getTerminator());
           if (!Ret)
             continue;
-          if (auto *CI = dyn_cast_or_null<CallInst>(Ret->getPrevNode()))
-            if (CI->isMustTailCall()) {
-              skip(Ret->getDebugLoc().get(), "a return after a musttail call");
-              continue;
-            }
+          if (afterMustTail(Ret)) {
+            skip(Ret->getDebugLoc().get(), "a return after a musttail call");
+            continue;
+          }
+          // before the lifetime ends that close the function's scope, so
+          // that a variable in memory is still alive where it is loaded
+          Instruction *At = Ret;
+          while (auto *II = dyn_cast_or_null<IntrinsicInst>(At->getPrevNode())) {
+            if (II->getIntrinsicID() != Intrinsic::lifetime_end && !isa<DbgInfoIntrinsic>(II))
+              break;
+            At = II;
+          }
           const DILocation *Loc = Ret->getDebugLoc().get();
-          Site X{Ret, Record{BKF_KIND_EXIT, "-", "-", SP->getName().str(),
+          Site X{At, Record{BKF_KIND_EXIT, "-", "-", SP->getName().str(),
                              SP->getFilename().str(), Loc ? Loc->getLine() : SP->getLine(), "exit"}};
           if (Opts.Locals)
-            X.Vars = Vars.at(Ret, Loc);
+            X.Vars = Vars.at(At, Loc);
           Exits.push_back(std::move(X));
         }
     }
@@ -285,8 +302,10 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
         if (Opts.Locals)
           S.Vars = Vars.at(&I, Loc);
         // <after> advice: the same access's second sled, right after the
-        // instruction (not after an invoke, which ends its block)
-        bool After = Opts.After && !I.isTerminator();
+        // instruction (not after an invoke, which ends its block, nor after
+        // a musttail call, which only its return may follow)
+        auto *CI = dyn_cast<CallInst>(&I);
+        bool After = Opts.After && !I.isTerminator() && !(CI && CI->isMustTailCall());
         Site A = S;
         Sites.push_back(std::move(S));
         if (After) {
@@ -319,7 +338,7 @@ PreservedAnalyses JoinPointsPass::run(Module &M, ModuleAnalysisManager &MAM) {
         for (Argument &A : F.args())
           Ops.push_back({"$arg" + std::to_string(A.getArgNo()), &A});
       } else if (S.R.Kind == BKF_KIND_EXIT) {
-        if (Value *V = cast<ReturnInst>(S.At)->getReturnValue())
+        if (auto *Ret = cast<ReturnInst>(S.At->getParent()->getTerminator()); Value *V = Ret->getReturnValue())
           Ops.push_back({"$retval", V});
       } else {
         Ops.push_back({"$base", baseOf(S.GEP, S.Prefix, Pt)});

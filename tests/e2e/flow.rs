@@ -1361,6 +1361,24 @@ fn after_sleds_find_the_loaded_value_where_the_table_says() {
     assert!(allocs.len() == 100 && allocs == stored, "{} exits, {} stores", allocs.len(), stored.len());
 }
 
+/// Returns a sled may not precede, with every sled patched: a musttail
+/// call's return gets no exit sled (the program builds: the IR verifier
+/// would refuse one), the other returns do and find the value returned.
+#[test]
+fn exit_sleds_leave_musttail_calls_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let (plain, patched, hits) = patched_run_with("tailcall", &["-mllvm", "-bunkai-flow-after"], d.path());
+    assert_eq!(plain, patched, "tailcall with every sled patched");
+    assert_eq!(plain.stdout, "5 5 2 2\n");
+    let jps = points(&d.path().join("tailcall-2"));
+    let exits = |f: &str| jps.iter().filter(|j| j["function"] == f && j["access"] == "exit").count();
+    assert_eq!((exits("step"), exits("leaf"), exits("keep")), (1, 1, 1), "step's musttail return has no exit sled");
+    let n = |f: &str, a: &str| hits.iter().filter(|h| h.0 == f && h.3 == a).count();
+    assert_eq!((n("step", "entry"), n("step", "exit")), (2, 1), "the second call of step returns through its exit sled");
+    let rets = |f: &str| hits.iter().filter(|h| h.0 == f && h.3 == "exit").map(|h| h.4["$retval"] & 0xffff_ffff).collect::<Vec<_>>();
+    assert_eq!((rets("leaf"), rets("step"), rets("keep")), (vec![5], vec![5], vec![2]));
+}
+
 /// `<after>` on a function entry runs at the function's returns (the
 /// paper's after-return; exit sleds come with `-bunkai-flow-after`), once per
 /// call, after `<before>` at its entry, and `local_var($retval, r)` points at
