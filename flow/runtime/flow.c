@@ -1036,7 +1036,7 @@ static struct {
   struct wpage pages[256];       /* stub pages */
   uint32_t npages;
   struct wpage gpage;            /* where the next guard goes */
-  struct { struct bkf_guard spec; uint64_t code; unsigned mode; } *guards; /* GUARD_CODES, made so far */
+  struct { struct bkf_guard spec; uint64_t code; unsigned mode; } *guards; /* GUARD_CODES, made so far; mode: weave flags | GUARD_VIA_STUB */
   uint32_t nguards;
   int bmi2;                      /* MULX and RORX: guards possible */
   uint64_t inflight;
@@ -1446,6 +1446,8 @@ static int near_enough(uint64_t a, uint64_t b) {
 /* The guard code for g (n > 0) and weave flags mode, within a call of
  * sled, made now or found among those made, or 0: no BMI2, a table without
  * a filter, no memory, too many guards. */
+#define GUARD_VIA_STUB 0x100u /* in a guard's mode: entered from a stub, the slot on the stack */
+
 static uint64_t guard_make(const struct bkf_guard *g, unsigned mode, uint64_t sled) {
   for (uint32_t i = 0; i < W.nguards; i++)
     if (guard_same(&W.guards[i].spec, g) && W.guards[i].mode == mode && near_enough(sled + 7, W.guards[i].code))
@@ -1492,10 +1494,13 @@ static uint64_t guard_make(const struct bkf_guard *g, unsigned mode, uint64_t sl
     *p++ = 0xe9, to_hit[k] = p, p += 4;                                     /* jmp hit */
   }
   *p++ = 0x5a, *p++ = 0x59; /* pop %rdx; pop %rcx */
+  if (mode & GUARD_VIA_STUB)
+    *p++ = 0x48, *p++ = 0x8d, *p++ = 0x64, *p++ = 0x24, *p++ = 0x08; /* lea 8(%rsp),%rsp: the slot */
   *p++ = 0xc3;              /* ret */
   uint8_t *hit = p;
   *p++ = 0x5a, *p++ = 0x59;
-  *p++ = 0x6a, *p++ = (mode & BKF_WEAVE_NO_VECTOR) ? 0xfe : 0xff; /* push $-2 / $-1 */
+  if (!(mode & GUARD_VIA_STUB))
+    *p++ = 0x6a, *p++ = (mode & BKF_WEAVE_NO_VECTOR) ? 0xfe : 0xff; /* push $-2 / $-1 */
   *p++ = 0xff, *p++ = 0x25, p = put_le(p, 0, 4); /* jmp *tramp(%rip): the quad right after */
   p = put_le(p, TRAMP, 8);
   uint8_t *golden = p;
@@ -1519,16 +1524,25 @@ static uint64_t guard_make(const struct bkf_guard *g, unsigned mode, uint64_t sl
 static int rel32_split(uint64_t sled) { return ((sled + 3) & 63) > 60; }
 
 /* What sled (slot) calls, woven with guard g (NULL or n == 0: none) and
- * flags mode: its guard, or its stub. A sled woven before may be woven
- * again with another target while a thread sits between its `66 90` and
- * its call (preempted there, say): the new target is then one aligned-
- * within-a-line 4-byte store of the rel32, so that thread calls the old
- * target or the new one, both harmless. A sled whose rel32 straddles a
- * cache line always calls its stub, which never changes; so does one
- * outside the return map's 47-bit range (5-level paging). */
+ * flags mode: its guard, or its stub; the stub's target is set here. A
+ * sled woven before may be woven again with another target while a thread
+ * sits between its `66 90` and its call (preempted there, say): the new
+ * target is then one aligned-within-a-line 4-byte store of the rel32, so
+ * that thread calls the old target or the new one, both harmless. A sled
+ * whose rel32 straddles a cache line always calls its stub, and so does one
+ * outside the return map's 47-bit range (5-level paging): its stub's
+ * target, an aligned quad, changes instead, to the trampoline or to a guard
+ * entered from a stub (the slot on the stack: slower, one more jump). */
 static uint64_t call_target(const struct bkf_guard *g, unsigned mode, uint64_t sled, uint32_t slot) {
-  uint64_t code = g && g->n && !rel32_split(sled) && sled < (1ull << 47) ? guard_make(g, mode, sled) : 0;
-  return code ? code : W.slots[slot].stub;
+  uint64_t stub = W.slots[slot].stub;
+  if (rel32_split(sled) || sled >= (1ull << 47)) {
+    uint64_t code = g && g->n ? guard_make(g, mode | GUARD_VIA_STUB, stub) : 0;
+    __atomic_store_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), code ? code : TRAMP, __ATOMIC_SEQ_CST);
+    return stub;
+  }
+  __atomic_store_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), TRAMP, __ATOMIC_SEQ_CST);
+  uint64_t code = g && g->n ? guard_make(g, mode, sled) : 0;
+  return code ? code : stub;
 }
 
 /* 1 if the sled's bytes 2..10 are a call of ours (its stub, or a guard). */
@@ -1551,7 +1565,10 @@ API int __bunkai_flow_guarded(uint64_t sled) {
   int r = -1;
   if (W.ready > 0) {
     uint32_t *ix = index_of(sled);
-    if (*ix) r = W.slots[*ix - 1].call != W.slots[*ix - 1].stub;
+    if (*ix) {
+      struct wslot *w = &W.slots[*ix - 1];
+      r = w->call != w->stub || __atomic_load_n((uint64_t *)(uintptr_t)(w->stub + STUB_TARGET), __ATOMIC_RELAXED) != TRAMP;
+    }
   }
   unlock(&W.lock);
   return r;

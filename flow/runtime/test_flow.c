@@ -1111,36 +1111,43 @@ static void test_weave_flags(char *note) {
  * flags after it; regs gets the OR of each of those registers XOR key (0:
  * all came back). */
 uint64_t probe_guard(uint64_t key, uint64_t flags, uint64_t *regs);
-extern char probe_gsled[];
-__asm__(".text\n"
-        ".p2align 4\n"
-        ".globl probe_guard\n"
-        ".type probe_guard,@function\n"
-        "probe_guard:\n"
-        "  push %rbx\n push %r12\n push %r15\n"
-        "  mov %rdx, %r8\n"
-        "  mov %rdi, %rax\n mov %rdi, %rcx\n mov %rdi, %rdx\n mov %rdi, %rbx\n mov %rdi, %r12\n mov %rdi, %r15\n"
-        "  push %rsi\n"
-        "  popfq\n"
-        "  .p2align 1\n"
-        ".globl probe_gsled\n"
-        "probe_gsled:\n"
-        "  .byte 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0\n"
-        "  pushfq\n"
-        "  xor %rdi, %rax\n xor %rdi, %rcx\n or %rcx, %rax\n xor %rdi, %rdx\n or %rdx, %rax\n"
-        "  xor %rdi, %rbx\n or %rbx, %rax\n xor %rdi, %r12\n or %r12, %rax\n xor %rdi, %r15\n or %r15, %rax\n"
-        "  mov %rax, (%r8)\n"
-        "  pop %rax\n"
-        "  pop %r15\n pop %r12\n pop %rbx\n"
-        "  ret\n"
-        ".size probe_guard, .-probe_guard\n");
+uint64_t probe_guard_split(uint64_t key, uint64_t flags, uint64_t *regs);
+extern char probe_gsled[], probe_gsled_split[];
+/* ALIGN places the sled: anywhere even, or 58 bytes into a cache line, so
+ * that the call's rel32 (bytes 3..6) straddles two lines. */
+#define PROBE_GUARD(NAME, SLED, ALIGN)                                                                  \
+  __asm__(".text\n"                                                                                     \
+          ".p2align 4\n"                                                                                \
+          ".globl " NAME "\n"                                                                           \
+          ".type " NAME ",@function\n" NAME ":\n"                                                       \
+          "  push %rbx\n push %r12\n push %r15\n"                                                       \
+          "  mov %rdx, %r8\n"                                                                           \
+          "  mov %rdi, %rax\n mov %rdi, %rcx\n mov %rdi, %rdx\n mov %rdi, %rbx\n mov %rdi, %r12\n mov %rdi, %r15\n" \
+          "  push %rsi\n"                                                                               \
+          "  popfq\n" ALIGN ".globl " SLED "\n" SLED ":\n"                                              \
+          "  .byte 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0\n"                                  \
+          "  pushfq\n"                                                                                  \
+          "  xor %rdi, %rax\n xor %rdi, %rcx\n or %rcx, %rax\n xor %rdi, %rdx\n or %rdx, %rax\n"          \
+          "  xor %rdi, %rbx\n or %rbx, %rax\n xor %rdi, %r12\n or %r12, %rax\n xor %rdi, %r15\n or %r15, %rax\n" \
+          "  mov %rax, (%r8)\n"                                                                         \
+          "  pop %rax\n"                                                                                \
+          "  pop %r15\n pop %r12\n pop %rbx\n"                                                          \
+          "  ret\n"                                                                                     \
+          ".size " NAME ", .-" NAME "\n");
+PROBE_GUARD("probe_guard", "probe_gsled", "  .p2align 1\n")
+PROBE_GUARD("probe_guard_split", "probe_gsled_split", "  .p2align 6, 0x90\n  .fill 58, 1, 0x90\n")
+
+/* The probe the test runs: the plain sled or the one whose rel32 straddles
+ * a line (it calls its stub, and its stub jumps to the guard). */
+static uint64_t (*gprobe)(uint64_t, uint64_t, uint64_t *) = probe_guard;
+static char *gprobe_sled = probe_gsled;
 
 static uint64_t guard_calls, guard_bad_frames, guard_xsaves;
 static void guard_count(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
   (void)jp, (void)arg;
   /* a guard calls the trampoline with -1 or -2 for the slot: the handler
    * must see the sled's own slot and return address all the same */
-  if ((int64_t)f->slot < 0 || f->slot >= 65536 || f->ret != (uint64_t)(uintptr_t)probe_gsled + 7) guard_bad_frames++;
+  if ((int64_t)f->slot < 0 || f->slot >= 65536 || f->ret != (uint64_t)(uintptr_t)gprobe_sled + 7) guard_bad_frames++;
   guard_xsaves += xsave != 0;
   guard_calls++;
 }
@@ -1154,7 +1161,7 @@ static uint64_t guard_runs(uint64_t key) {
   const uint64_t arith = 0x1 | 0x4 | 0x10 | 0x40 | 0x80 | 0x800;
   for (int k = 0; k < 2; k++) {
     uint64_t in = k ? 0x2 | arith : 0x2, regs = ~0ull;
-    uint64_t out = probe_guard(key, in, &regs);
+    uint64_t out = gprobe(key, in, &regs);
     CHECK((out & arith) == (in & arith), "flags %#llx came back %#llx", (unsigned long long)in, (unsigned long long)out);
     CHECK(regs == 0, "a register changed across the guarded sled (%#llx)", (unsigned long long)regs);
   }
@@ -1165,8 +1172,8 @@ static uint64_t guard_runs(uint64_t key) {
  * holds a live key of its table, for each register a guard can name,
  * for two guards at one sled, after remove and register again; a filter
  * collision lets the handler run (it decides); bad guards are refused. */
-static void test_weave_guard(char *note) {
-  uint64_t sled = (uint64_t)(uintptr_t)probe_gsled;
+static void weave_guard_at(char *note) {
+  uint64_t sled = (uint64_t)(uintptr_t)gprobe_sled;
   uint32_t jp = 0;
   CHECK(sled % 2 == 0, "guard sled at an odd address");
   struct bkf_table *t = bkf_table("guard-a"), *u = bkf_table("guard-b");
@@ -1280,8 +1287,22 @@ static void test_weave_guard(char *note) {
                              {.n = 1, .kind = {2}, .reg = {3}, .table = {t}}};
   for (unsigned i = 0; i < sizeof badf / sizeof badf[0]; i++)
     CHECK(bkf_weave_guarded(1, &sled, &jp, guard_count, 0, 0, &badf[i]) == -EINVAL, "bad field guard %u accepted", i);
-  snprintf(note, 256, "%s; %llu handler runs", guarded ? "guards called from the sled" : "no BMI2: unguarded",
+  snprintf(note, 256, "%s; %llu handler runs",
+           !guarded ? "no BMI2: unguarded" : gprobe_sled == probe_gsled_split ? "guards reached through the stub" : "guards called from the sled",
            (unsigned long long)guard_calls);
+}
+
+/* Guards on a sled anywhere (called directly), then on one whose call's
+ * rel32 straddles a cache line (called through its stub, whose target is
+ * the one thing a weave changes there). */
+static void test_weave_guard(char *note) {
+  char a[256], b[256];
+  weave_guard_at(a);
+  gprobe = probe_guard_split, gprobe_sled = probe_gsled_split;
+  CHECK((((uint64_t)(uintptr_t)gprobe_sled + 3) & 63) > 60, "the split probe's rel32 does not straddle a line");
+  weave_guard_at(b);
+  gprobe = probe_guard, gprobe_sled = probe_gsled;
+  snprintf(note, 256, "%s; rel32 across a line: %s", a, b);
 }
 
 static const struct {
