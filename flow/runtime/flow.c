@@ -966,7 +966,7 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
  * filters (or a header member) and returns straight to the sled when no
  * test holds, before anything is saved; otherwise it pushes -1 (or -2,
  * vector-free) instead of a slot and jumps to the trampoline, whose
- * dispatch finds the slot from the return address in the index. A pass
+ * dispatch finds the slot from the return address in the return map. A pass
  * that is turned away is a direct call, a few instructions of code every
  * sled of the aspect shares, and a return: a server woven at thousands of
  * sleds passes hundreds per request, and code (or a stub, or an indirect
@@ -976,8 +976,8 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
  * `66 90` and its call when the sled is unwoven, and the call must still
  * land somewhere harmless (the trampoline finds no handler).
  *
- * The trampoline saves the registers, the flags and (unless the weave is
- * vector-free) (XSAVE, every component the OS enabled) the vector state, then calls
+ * The trampoline saves the registers, the flags and, unless the weave is
+ * vector-free, the vector state (XSAVE, every component the OS enabled), then calls
  * the slot's handler if one is set. Handlers are published and cleared with
  * seq_cst stores. bkf_unweave returns only when no thread can still be
  * running one: each thread counts its own calls in progress in a slot of
@@ -1086,6 +1086,10 @@ struct rmap {
 };
 static struct rmap *rmap;
 
+/* A sled the map can hold: its key keeps bits 1..47 (user space below 2^47,
+ * unless 5-level paging was asked for). Others always call their stub. */
+static int rmap_fits(uint64_t sled) { return sled < (1ull << 47); }
+
 static uint64_t rmap_hash(uint64_t sled) { return (sled >> 1) * 0x9E3779B97F4A7C15ull >> 32; }
 
 static void rmap_put(struct rmap *t, uint64_t sled, uint32_t slot) {
@@ -1103,7 +1107,7 @@ static int rmap_add(uint64_t sled, uint32_t n) {
     if (!b) return 0;
     b->mask = cap - 1;
     for (uint32_t k = 0; k < n; k++)
-      if (W.slots[k].sled < (1ull << 47)) rmap_put(b, W.slots[k].sled, k);
+      if (rmap_fits(W.slots[k].sled)) rmap_put(b, W.slots[k].sled, k);
     __atomic_store_n(&rmap, b, __ATOMIC_RELEASE);
     t = b;
   }
@@ -1347,7 +1351,7 @@ static uint64_t stub_for(uint64_t sled, uint32_t *slot) {
   W.slots[n].call = W.slots[n].stub;
   /* (a failed add leaves the stub's bytes unused; a sled past 2^47 is never
    * guarded, so never looked up: its key would not fit) */
-  if (sled < (1ull << 47) && !rmap_add(sled, n)) return 0;
+  if (rmap_fits(sled) && !rmap_add(sled, n)) return 0;
   W.nslots = n + 1;
   *ix = n + 1;
   *slot = n;
@@ -1443,11 +1447,11 @@ static int near_enough(uint64_t a, uint64_t b) {
   return in_reach(a, b) && in_reach(a, b + PAGE) && in_reach(b, a) && in_reach(b + PAGE, a);
 }
 
-/* The guard code for g (n > 0) and weave flags mode, within a call of
- * sled, made now or found among those made, or 0: no BMI2, a table without
- * a filter, no memory, too many guards. */
 #define GUARD_VIA_STUB 0x100u /* in a guard's mode: entered from a stub, the slot on the stack */
 
+/* The guard code for g (n > 0) and mode (weave flags, GUARD_VIA_STUB),
+ * within a call of sled, made now or found among those made, or 0: no BMI2,
+ * a table without a filter, no memory, too many guards. */
 static uint64_t guard_make(const struct bkf_guard *g, unsigned mode, uint64_t sled) {
   for (uint32_t i = 0; i < W.nguards; i++)
     if (guard_same(&W.guards[i].spec, g) && W.guards[i].mode == mode && near_enough(sled + 7, W.guards[i].code))
@@ -1535,7 +1539,7 @@ static int rel32_split(uint64_t sled) { return ((sled + 3) & 63) > 60; }
  * entered from a stub (the slot on the stack: slower, one more jump). */
 static uint64_t call_target(const struct bkf_guard *g, unsigned mode, uint64_t sled, uint32_t slot) {
   uint64_t stub = W.slots[slot].stub;
-  if (rel32_split(sled) || sled >= (1ull << 47)) {
+  if (rel32_split(sled) || !rmap_fits(sled)) {
     uint64_t code = g && g->n ? guard_make(g, mode | GUARD_VIA_STUB, stub) : 0;
     __atomic_store_n((uint64_t *)(uintptr_t)(stub + STUB_TARGET), code ? code : TRAMP, __ATOMIC_SEQ_CST);
     return stub;
