@@ -14,7 +14,7 @@
 //! move/copy/xin/xout from and to) is visible at every join point selected.
 
 use crate::aspect::{self, Aspect, Diag, Expr, How, Pointcut, Pos, Prim};
-use crate::joinpoints::{self, Access, JoinPoint, Kind};
+use crate::joinpoints::{self, JoinPoint, Kind};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -309,16 +309,13 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
             });
         }
         for (var, pos) in &u.needs {
-            // $value exists only after a load, $retval only at a return (of
-            // a function that returns a value); elsewhere code sees null
+            // where a sled lacks $value or $retval by its kind, code sees
+            // null; where it should have one (an after sled of a store, a
+            // return of a void function), it is missing
             let missing: Vec<&JoinPoint> = sel
                 .iter()
                 .map(|&(pi, ji)| &progs[pi].jps[ji])
-                .filter(|jp| {
-                    jp.operand(var).is_none()
-                        && (var != "$value" || (jp.after && jp.access != Access::Exit))
-                        && (var != "$retval" || jp.access == Access::Exit)
-                })
+                .filter(|jp| jp.operand(var).is_none() && !jp.lacks(var))
                 .collect();
             if let Some(jp) = missing.first() {
                 let more = if missing.len() > 1 { format!(" and {} more join points", missing.len() - 1) } else { String::new() };

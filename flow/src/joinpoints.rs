@@ -181,6 +181,17 @@ impl JoinPoint {
             .find(|(n, _)| n == name)
             .map(|(_, l)| l)
     }
+
+    /// A special variable this kind of sled never has, which advice sees
+    /// as null here: $value exists only after a load, $retval only at a
+    /// return.
+    pub fn lacks(&self, var: &str) -> bool {
+        match var {
+            "$value" => !self.after || self.access == Access::Exit,
+            "$retval" => self.access != Access::Exit,
+            _ => false,
+        }
+    }
 }
 
 /// What is wrong with a table, and where (byte offset in the section).

@@ -11,7 +11,7 @@
 
 use crate::aspect::{Aspect, How, Prim};
 use crate::check::{uses, Program};
-use crate::joinpoints::{Access, Base, JoinPoint, Kind, Location};
+use crate::joinpoints::{Base, JoinPoint, Kind, Location};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -180,11 +180,9 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                         let loc = operand(jp, "$base", &u.what)?;
                         let _ = writeln!(c, "      void *{v} = {};", pointer_value(loc, v, jp)?);
                     }
-                    Prim::LocalVar { var, name } if var == "$value" && (!jp.after || jp.access == Access::Exit) => {
-                        let _ = writeln!(c, "      void *{name} = 0; /* $value: only after a load */");
-                    }
-                    Prim::LocalVar { var, name } if var == "$retval" && jp.access != Access::Exit => {
-                        let _ = writeln!(c, "      void *{name} = 0; /* $retval: only at a return */");
+                    Prim::LocalVar { var, name } if jp.lacks(var) => {
+                        let why = if var == "$value" { "only after a load" } else { "only at a return" };
+                        let _ = writeln!(c, "      void *{name} = 0; /* {var}: {why} */");
                     }
                     Prim::LocalVar { var, name } => match operand(jp, var, &u.what)? {
                         // a constant (`return 0;`): the advice reads a copy
@@ -355,7 +353,9 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
         match body_of.get(&body).filter(|_| shareable) {
             Some(&i) => bodies[i].0 += &labels,
             None => {
-                body_of.insert(body.clone(), bodies.len());
+                if shareable {
+                    body_of.insert(body.clone(), bodies.len());
+                }
                 bodies.push((labels, body));
             }
         }
