@@ -24,7 +24,7 @@ its files and ends its servers, also when interrupted.
 """
 import argparse, json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
-from common import cpu_ns, sh, write_result
+from common import cpu_ns, kill_all, paired_diff, paired_ratio, sh, verdict, write_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
@@ -59,10 +59,7 @@ class Lab:
         self.runs = 0
 
     def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(self.procs)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def url(self):
@@ -246,8 +243,8 @@ def main():
     L.append("| | requests/s | against nothing woven | server CPU [µs/request] | CPU against nothing woven [µs/request] | records | dropped | memory [KiB] | flows |")
     L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     b0 = MODES[0][0]
-    tr = {m: statistics.median(x / b for x, b in zip(res[m]["rps"], res[b0]["rps"])) for m in res}
-    cd = {m: statistics.median(x - b for x, b in zip(res[m]["cpu"], res[b0]["cpu"])) for m in res}
+    tr = {m: paired_ratio(res[m]["rps"], res[b0]["rps"]) for m in res}
+    cd = {m: paired_diff(res[m]["cpu"], res[b0]["cpu"]) for m in res}
     for m, _, _ in MODES:
         d = med[m]
         fl = "-" if d["flows"] is None else f"{d['flows']:,.0f}"
@@ -270,10 +267,8 @@ def main():
              f"{(cd[filt_m] - cd[nothing_m]) * a.requests / flows / 1000:.0f} µs per followed request beyond the filter "
              f"({filt['records'] / flows:.0f} records each). The noise floor of these differences: "
              f"{cd[floor] / 1000:+.1f} µs a request.")
-    verdict = ("MISS" if loss - noise > 0.02 else "PASS" if loss <= 0.02 else
-               f"not resolved: this run's noise floor is {100 * noise:.1f}%")
     L.append(f"- Target: throughput loss of flow-filtered logging <= 2%: {100 * loss:.1f}% (noise floor, nothing woven "
-             f"against nothing woven: {100 * noise:.1f}%): **{verdict}** (no guards: {100 * (1 - tr[nog_m]):.1f}%; "
+             f"against nothing woven: {100 * noise:.1f}%): **{verdict(loss, noise, 0.02)}** (no guards: {100 * (1 - tr[nog_m]):.1f}%; "
              f"no request followed: {100 * (1 - tr[nothing_m]):.1f}%; unfiltered: {100 * (1 - tr[unf_m]):.1f}%)")
     L.append(f"- The paper's comparison, filtered against unfiltered logging, both woven: filtered is "
              f"{filt['rps'] / unf['rps']:.1f} times as fast (paper: the same, 382 requests/s).")

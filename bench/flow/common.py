@@ -1,6 +1,7 @@
 """Helpers the bench/flow harnesses share (imported from beside them:
 python3 puts a script's own directory first on sys.path)."""
 import os
+import statistics
 import subprocess
 
 
@@ -29,3 +30,34 @@ def cpu_ns(pid):
         except (FileNotFoundError, ProcessLookupError):
             pass
     return t
+
+
+def kill_all(procs):
+    """Ends the processes a harness started that still run."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def paired_ratio(xs, bases):
+    """The median of each round's ratio to that round's baseline: the
+    machine's drift between rounds cancels."""
+    return statistics.median(x / b for x, b in zip(xs, bases))
+
+
+def paired_diff(xs, bases):
+    """The median of each round's difference from that round's baseline."""
+    return statistics.median(x - b for x, b in zip(xs, bases))
+
+
+def verdict(loss, noise, target):
+    """PASS, MISS, or not resolved. MISS when the loss exceeds the target
+    by more than the noise floor (baseline against baseline); PASS when the
+    loss is within the target and the run can tell the target apart (its
+    noise floor within the target too)."""
+    if loss - noise > target:
+        return "MISS"
+    if loss <= target and noise <= target:
+        return "PASS"
+    return f"not resolved: this run's noise floor is {100 * noise:.1f}%"
