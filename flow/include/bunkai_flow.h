@@ -119,12 +119,17 @@
  * default 64M, 0: record nothing), BUNKAI_FLOW_POPULATE=1 (fault the whole
  * buffer in when it is created, instead of a page fault per 4 KiB later).
  *
- * 3. The record buffer (per process: BKF_BUF_DIR/bunkai-flow.<pid>.buf)
+ * 3. The record buffer (per process: BKF_BUF_DIR/bunkai-flow.<pid>.buf),
+ *    version BKF_BUF_VERSION (its own: a buffer does not outlive its run the
+ *    way a join-point table outlives its build)
  *
  *     struct bkf_buf_header (BKF_BUF_HEADER_SIZE bytes), then records back
  *     to back (not a ring: a full buffer drops, it never overwrites):
  *     u32 size (bytes of this record, multiple of 8), u16 nvals, u16 flags
- *     u64 ns   (CLOCK_REALTIME at the advice, so hosts' buffers merge by time)
+ *     u64 time (when the advice ran: CLOCK_REALTIME in ns, or with
+ *              clock == BKF_CLOCK_TSC the time stamp counter, which a
+ *              reader converts to CLOCK_REALTIME by the header's pairs, so
+ *              hosts' buffers merge by time either way)
  *     u64 pc   (the sled's address: $pc$)
  *     u32 tid, u32 jp (join-point index in the module's table, or ~0)
  *     u64 vals[nvals]
@@ -135,7 +140,22 @@
  * min(head, capacity): size 0 ends the walk (not written yet: the space of a
  * reservation that did not fit, or a writer between its add and its first
  * store), a record without BKF_REC_DONE is being written (or its writer died)
- * and is skipped by its size. The header is valid once magic is set. */
+ * and is skipped by its size. The header is valid once magic is set.
+ *
+ * Time stamps: a record's clock_gettime was about 23 of its 45-60 ns, rdtsc
+ * is 10. When the kernel's clocksource is the TSC (it found it invariant
+ * and in step across CPUs), records hold the TSC and the header two
+ * (tsc, CLOCK_REALTIME) pairs: tsc0/ns0 at creation and cal[] a later one.
+ * A reader maps t to ns0 + (t - tsc0) * (cal.ns - ns0) / (cal.tsc - tsc0).
+ * The runtime takes a second pair at creation (at least 2^14 cycles after
+ * the first) and a new one whenever a record's TSC reaches cal_next: the
+ * steps double (the span since creation) from 2^16 cycles up to 2^31, so a
+ * record is never further past the latest pair than that pair is from
+ * tsc0. cal_seq picks the pair: even, cal[(cal_seq >> 1) & 1]; odd, a
+ * writer is filling the other slot and (cal_seq >> 1) & 1 is still the
+ * latest complete one. Otherwise (clock == BKF_CLOCK_NS) records hold
+ * CLOCK_REALTIME and the pairs are unused. BUNKAI_FLOW_CLOCK=ns or tsc
+ * chooses (tsc only when the CPU says its TSC is invariant). */
 #ifndef BUNKAI_FLOW_H
 #define BUNKAI_FLOW_H
 
@@ -169,7 +189,13 @@ uint64_t bkf_table_size(struct bkf_table *t);
 
 #define BKF_REC_DONE 1u        /* flags: the record is complete */
 #define BKF_REC_HEADER 32u     /* bytes before vals[] */
-#define BKF_BUF_HEADER_SIZE 304u
+#define BKF_BUF_VERSION 3u /* 3: TSC time stamps (clock, cal_*, tsc0, ns0) */
+#define BKF_BUF_HEADER_SIZE 368u
+enum { BKF_CLOCK_NS = 0, BKF_CLOCK_TSC = 1 };
+
+struct bkf_buf_time_pair {
+  uint64_t tsc, ns;
+};
 
 struct bkf_buf_header {
   uint32_t magic, version;
@@ -178,6 +204,11 @@ struct bkf_buf_header {
   volatile uint64_t head;     /* bytes reserved so far (monotonic) */
   volatile uint64_t dropped;  /* records that did not fit */
   uint64_t started_ns;        /* CLOCK_REALTIME at creation */
+  volatile uint64_t cal_next; /* TSC at which a writer takes a new pair (head's cache line) */
+  uint32_t clock;             /* BKF_CLOCK_NS or BKF_CLOCK_TSC: what records' time holds */
+  volatile uint32_t cal_seq;  /* which cal[] is the latest (see above) */
+  uint64_t tsc0, ns0;         /* the pair at creation */
+  struct bkf_buf_time_pair cal[2];
   char host[64];              /* the host name (uname) */
   char exe[192];              /* the program */
 };

@@ -131,6 +131,15 @@ static void buf_close(struct bufview *v) { munmap(v->map, v->len); }
 /* After more stores into a live buffer. */
 static void buf_refresh(struct bufview *v) { v->end = v->h->head < v->h->capacity ? v->h->head : v->h->capacity; }
 
+/* A record's time as CLOCK_REALTIME ns, converted as a reader does
+ * (bunkai_flow.h §3; flow/src/buffer.rs mirrors this). */
+static uint64_t rec_ns(const struct bkf_buf_header *h, uint64_t t) {
+  if (h->clock != BKF_CLOCK_TSC) return t;
+  struct bkf_buf_time_pair c = h->cal[(h->cal_seq >> 1) & 1];
+  __int128 d = (__int128)(int64_t)(t - h->tsc0) * (int64_t)(c.ns - h->ns0) / (int64_t)(c.tsc - h->tsc0);
+  return h->ns0 + (uint64_t)(int64_t)d;
+}
+
 /* Next record at *off; 0 at the end. Checks the framing. */
 static int buf_next(struct bufview *v, uint64_t *off, struct rec *r) {
   if (*off + BKF_REC_HEADER > v->end) return 0;
@@ -141,7 +150,7 @@ static int buf_next(struct bufview *v, uint64_t *off, struct rec *r) {
   r->size = size;
   r->nvals = *(const uint16_t *)(p + 4);
   r->flags = *(const uint16_t *)(p + 6);
-  r->ns = *(const uint64_t *)(p + 8);
+  r->ns = rec_ns(v->h, *(const uint64_t *)(p + 8));
   r->pc = *(const uint64_t *)(p + 16);
   r->tid = *(const uint32_t *)(p + 24);
   r->jp = *(const uint32_t *)(p + 28);
@@ -597,7 +606,7 @@ static void test_buffer(char *note) {
   struct bufview v;
   CHECK(buf_open(&v, getpid()), "no buffer file for this process");
   const struct bkf_buf_header *h = v.h;
-  CHECK(h->magic == BKF_BUF_MAGIC && h->version == BKF_VERSION, "magic %x version %u", h->magic, h->version);
+  CHECK(h->magic == BKF_BUF_MAGIC && h->version == BKF_BUF_VERSION, "magic %x version %u", h->magic, h->version);
   CHECK(h->pid == (uint32_t)getpid(), "pid %u", h->pid);
   CHECK(h->host_tag == expected_tag(), "host tag %x", h->host_tag);
   CHECK(h->capacity == v.len - BKF_BUF_HEADER_SIZE && v.len == (32u << 20), "capacity %llu of a %zu-byte file",
@@ -733,6 +742,68 @@ static void test_buffer_race(char *note) {
   }
   CHECK(!dropped && !missing, "%d of %d processes dropped a first store, %d lost one", dropped, RACE_KIDS, missing);
   sprintf(note, "%d processes, %d threads each making their first store together: none dropped", RACE_KIDS, RACE_THREADS);
+}
+
+/* Time stamps, both ways (BUNKAI_FLOW_CLOCK): 48 records 1 us to 25 ms
+ * apart, each converted time between CLOCK_REALTIME read right before and
+ * right after its store; with the TSC, within 2 us of them (the pairs'
+ * error), after several recalibrations. */
+static int cpu_tsc_invariant(void) {
+  unsigned a, b, c, d;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
+  if (a < 0x80000007u) return 0;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
+  return (d >> 8) & 1;
+}
+
+static void test_time_stamps(char *note) {
+  enum { N = 48 };
+  const char *modes[] = {"ns", "tsc"};
+  int tsc_ok = cpu_tsc_invariant();
+  int64_t *worst_out = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(worst_out != MAP_FAILED, "mmap");
+  for (int m = 0; m < 2; m++) {
+    pid_t p = fork();
+    if (p == 0) {
+      setenv("BUNKAI_FLOW_CLOCK", modes[m], 1);
+      uint64_t before[N], after[N], gap = 1000;
+      for (uint64_t i = 0; i < N; i++) {
+        before[i] = now_ns(CLOCK_REALTIME);
+        bkf_store(0x700 + i, 1, 1, &i);
+        after[i] = now_ns(CLOCK_REALTIME);
+        struct timespec ts = {0, (long)gap};
+        nanosleep(&ts, 0);
+        if (gap < 25000000) gap = gap * 5 / 4;
+      }
+      struct bufview v;
+      CHECK(buf_open(&v, getpid()), "%s: no buffer", modes[m]);
+      int want = m == 1 && tsc_ok ? BKF_CLOCK_TSC : BKF_CLOCK_NS;
+      CHECK(v.h->clock == (uint32_t)want, "%s: clock %u, wanted %d", modes[m], v.h->clock, want);
+      uint64_t slack = want == BKF_CLOCK_TSC ? 2000 : 0, off = 0, i = 0;
+      int64_t worst = 0;
+      struct rec r;
+      while (buf_next(&v, &off, &r)) {
+        int64_t e = r.ns < before[i] ? (int64_t)(before[i] - r.ns) : r.ns > after[i] ? (int64_t)(r.ns - after[i]) : 0;
+        if (e > worst) worst = e;
+        CHECK(i < N && r.pc == 0x700 + i && r.vals[0] == i, "%s: record %llu", modes[m], (unsigned long long)i);
+        CHECK(r.ns + slack >= before[i] && r.ns <= after[i] + slack, "%s: record %llu at %lld ns from the read before it, %lld from the one after",
+              modes[m], (unsigned long long)i, (long long)(r.ns - before[i]), (long long)(r.ns - after[i]));
+        i++;
+      }
+      CHECK(i == N, "%s: %llu records", modes[m], (unsigned long long)i);
+      if (want == BKF_CLOCK_TSC)
+        CHECK(v.h->cal_seq >= 8 && !(v.h->cal_seq & 1), "recalibrated %u times", v.h->cal_seq / 2);
+      char path[600];
+      buf_path(path, sizeof path, getpid());
+      unlink(path);
+      worst_out[m] = worst;
+      _exit(0);
+    }
+    wait_check(p, modes[m]);
+  }
+  sprintf(note, "CLOCK_REALTIME exactly; the TSC%s %lld ns outside the reads around its store at worst (2 us allowed), across recalibrations",
+          tsc_ok ? "" : " (not invariant here: CLOCK_REALTIME instead)", (long long)worst_out[1]);
+  munmap(worst_out, 4096);
 }
 
 /* Buffers that cannot exist: stores are no-ops, nothing breaks. */
@@ -1321,6 +1392,7 @@ static const struct {
     {"buffer_full", test_buffer_full},
     {"buffer_race", test_buffer_race},
     {"buffer_unavailable", test_buffer_unavailable},
+    {"time_stamps", test_time_stamps},
     {"clock_unprivileged", test_clock_unprivileged},
     {"fork", test_fork},
     {"fork_under_load", test_fork_under_load},

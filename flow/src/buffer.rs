@@ -8,9 +8,13 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 pub const BUF_MAGIC: u32 = 0x4655_4246;
-/// BKF_VERSION of bunkai_flow.h (one version for the table and the buffer).
-pub const VERSION: u32 = 2;
-pub const HEADER: usize = 304;
+/// BKF_BUF_VERSION of bunkai_flow.h (the buffer's own; the join-point table
+/// has BKF_VERSION).
+pub const VERSION: u32 = 3;
+pub const HEADER: usize = 368;
+/// BKF_CLOCK_NS, BKF_CLOCK_TSC: what a record's time holds.
+pub const CLOCK_NS: u32 = 0;
+pub const CLOCK_TSC: u32 = 1;
 pub const REC_HEADER: usize = 32;
 pub const REC_DONE: u16 = 1;
 /// The runtime cuts a record's values at this many.
@@ -20,7 +24,8 @@ pub const DEFAULT_DIR: &str = "/dev/shm";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
-    /// CLOCK_REALTIME when the advice ran.
+    /// CLOCK_REALTIME when the advice ran (converted from the TSC when the
+    /// buffer's clock is the TSC).
     pub ns: u64,
     /// The sled's address ($pc$).
     pub pc: u64,
@@ -90,12 +95,13 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
         ));
     }
     let limit = head.min(capacity) as usize;
+    let time = clock(d)?;
     let mut b = Buffer {
         path: PathBuf::new(),
         pid: u32_at(d, 8),
         host_tag: u32_at(d, 12),
-        host: cstr(&d[48..112]),
-        exe: cstr(&d[112..304]),
+        host: cstr(&d[112..176]),
+        exe: cstr(&d[176..368]),
         capacity,
         head,
         dropped: u64_at(d, 32),
@@ -125,7 +131,7 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
         }
         let jp = u32_at(d, at + 28);
         b.records.push(Record {
-            ns: u64_at(d, at + 8),
+            ns: time.ns(u64_at(d, at + 8)),
             pc: u64_at(d, at + 16),
             tid: u32_at(d, at + 24),
             jp: (jp != u32::MAX).then_some(jp),
@@ -135,6 +141,50 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
         off += size;
     }
     Ok(b)
+}
+
+/// How a record's time becomes CLOCK_REALTIME ns (bunkai_flow.h §3).
+enum Clock {
+    Ns,
+    /// ns0 + (t - tsc0) * dns / dtsc, from the pair at creation and the
+    /// latest one
+    Tsc { tsc0: u64, ns0: u64, dtsc: i128, dns: i128 },
+}
+
+impl Clock {
+    fn ns(&self, t: u64) -> u64 {
+        match *self {
+            Clock::Ns => t,
+            Clock::Tsc { tsc0, ns0, dtsc, dns } => {
+                // a damaged record's time saturates, it does not overflow
+                let d = (t.wrapping_sub(tsc0) as i64 as i128).saturating_mul(dns) / dtsc;
+                (ns0 as i128).saturating_add(d).clamp(0, u64::MAX as i128) as u64
+            }
+        }
+    }
+}
+
+/// The header's clock: CLOCK_REALTIME, or the TSC with its pairs, which
+/// must give a rate a TSC can have (10 MHz to 100 GHz).
+fn clock(d: &[u8]) -> std::result::Result<Clock, String> {
+    match u32_at(d, 56) {
+        CLOCK_NS => Ok(Clock::Ns),
+        CLOCK_TSC => {
+            let (tsc0, ns0) = (u64_at(d, 64), u64_at(d, 72));
+            // even: cal[seq/2 % 2]; odd: a writer fills the other one
+            let slot = 80 + 16 * ((u32_at(d, 60) as usize >> 1) & 1);
+            let (tsc1, ns1) = (u64_at(d, slot), u64_at(d, slot + 8));
+            let dtsc = tsc1 as i128 - tsc0 as i128;
+            let dns = ns1 as i128 - ns0 as i128;
+            if dtsc <= 0 || dns <= 0 || dns * 100 < dtsc || dns > dtsc * 100 {
+                return Err(format!(
+                    "offset {slot}: time stamp pairs ({tsc0}, {ns0}) and ({tsc1}, {ns1}) give no TSC rate (damaged buffer)"
+                ));
+            }
+            Ok(Clock::Tsc { tsc0, ns0, dtsc, dns })
+        }
+        c => Err(format!("offset 56: clock {c}, neither CLOCK_REALTIME (0) nor the TSC (1) (damaged buffer)")),
+    }
 }
 
 pub fn read(path: &Path) -> Result<Buffer> {
@@ -193,8 +243,8 @@ pub mod tests {
         d[8..12].copy_from_slice(&pid.to_le_bytes());
         d[16..24].copy_from_slice(&(cap as u64).to_le_bytes());
         d[40..48].copy_from_slice(&1_000u64.to_le_bytes());
-        d[48..48 + host.len()].copy_from_slice(host.as_bytes());
-        d[112..112 + exe.len()].copy_from_slice(exe.as_bytes());
+        d[112..112 + host.len()].copy_from_slice(host.as_bytes());
+        d[176..176 + exe.len()].copy_from_slice(exe.as_bytes());
         let mut off = 0usize;
         for (ns, pc, tid, jp, vals) in recs {
             let at = HEADER + off;
@@ -245,9 +295,35 @@ pub mod tests {
         let mut other = good.clone();
         other[0] = 1;
         assert!(parse(&other).unwrap_err().contains("not a bunkai flow buffer"));
-        let mut v3 = good;
-        v3[4] = 3;
-        assert!(parse(&v3).unwrap_err().contains("buffer version 3"));
+        let mut v2 = good.clone();
+        v2[4] = 2;
+        assert!(parse(&v2).unwrap_err().contains("buffer version 2, this bunkai reads 3"));
+        let mut clock = good.clone();
+        clock[56] = 7;
+        assert!(parse(&clock).unwrap_err().contains("offset 56: clock 7"));
+        let mut tsc = good;
+        tsc[56] = CLOCK_TSC as u8; // and no pairs
+        assert!(parse(&tsc).unwrap_err().contains("offset 80: time stamp pairs"));
+    }
+
+    /// With the TSC, times are mapped by the pair at creation and the latest
+    /// pair (cal_seq picks it; odd: the other slot is being written).
+    #[test]
+    fn tsc_times_are_converted_by_the_latest_pair() {
+        let mut d = make(1, "h", "e", 4096, &[(3_000_000, 2, 3, 4, vec![]), (1_000_000, 6, 7, 8, vec![])]);
+        let put = |d: &mut Vec<u8>, o: usize, v: u64| d[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        d[56..60].copy_from_slice(&CLOCK_TSC.to_le_bytes());
+        put(&mut d, 64, 1_000_000); // tsc0
+        put(&mut d, 72, 5_000_000_000); // ns0
+        put(&mut d, 80, 2_000_000); // cal[0]: an older pair (1 cycle a ns)
+        put(&mut d, 88, 5_001_000_000);
+        put(&mut d, 96, 3_000_000); // cal[1]: 2 cycles a ns
+        put(&mut d, 104, 5_001_000_000);
+        for (seq, want) in [(2u32, 5_001_000_000u64), (3, 5_001_000_000), (4, 5_002_000_000), (5, 5_002_000_000)] {
+            d[60..64].copy_from_slice(&seq.to_le_bytes());
+            let b = parse(&d).unwrap();
+            assert_eq!((b.records[0].ns, b.records[1].ns), (want, 5_000_000_000), "seq {seq}");
+        }
     }
 
     #[test]

@@ -739,6 +739,8 @@ fn dump_and_report_follow_flows_across_processes() {
     let n = 30;
     let mut args = vec![n.to_string()];
     args.extend(fns.iter().map(|f| entry(f)));
+    let wall = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let started = wall();
     let out = Command::new(&exe)
         .args(&args)
         .env("BUNKAI_FLOW_DIR", &bufs)
@@ -746,6 +748,7 @@ fn dump_and_report_follow_flows_across_processes() {
         .env("BUNKAI_FLOW_BUF", "1M")
         .output()
         .unwrap();
+    let ended = wall();
     assert!(out.status.success(), "{out:?}");
     let with_dir = |args: &[&str]| -> std::process::Output {
         let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap();
@@ -765,6 +768,11 @@ fn dump_and_report_follow_flows_across_processes() {
     for x in b {
         assert_eq!((x["dropped"].as_u64(), x["incomplete"].as_u64()), (Some(0), Some(0)));
         assert_eq!(x["exe"], exe.to_str().unwrap());
+        // times (the TSC where the kernel keeps time by it, converted by
+        // dump) lie within the run, in order in each single-threaded process
+        let ns: Vec<u64> = x["records"].as_array().unwrap().iter().map(|r| r["ns"].as_u64().unwrap()).collect();
+        assert!(ns.iter().all(|&t| (started..=ended).contains(&t)), "times {ns:?} outside the run {started}..{ended}");
+        assert!(ns.windows(2).all(|w| w[0] <= w[1]), "times out of order: {ns:?}");
     }
 
     // report: a flow per packet, crossing the processes in order
@@ -820,12 +828,12 @@ fn dump_and_report_follow_flows_across_processes() {
 
     // bad input: one line each
     let mut data = std::fs::read(&b[front]["file"].as_str().map(PathBuf::from).unwrap()).unwrap();
-    data[304] = 12; // the first record's size
+    data[368] = 12; // the first record's size
     let bad = d.path().join("bad.buf");
     std::fs::write(&bad, &data).unwrap();
     let (_, err) = bunkai_fails(&["flow", "dump", bad.to_str().unwrap()]);
     one_line(&err);
-    assert!(err.contains("offset 0x130: record size 12"), "{err}");
+    assert!(err.contains("offset 0x170: record size 12"), "{err}");
     let (_, err) = bunkai_fails(&["flow", "report", exe.to_str().unwrap()]);
     one_line(&err);
     assert!(err.contains("not a bunkai flow buffer"), "{err}");

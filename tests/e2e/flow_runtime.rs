@@ -21,6 +21,7 @@ const TESTS: &[&str] = &[
     "buffer_full",
     "buffer_race",
     "buffer_unavailable",
+    "time_stamps",
     "clock_unprivileged",
     "fork",
     "fork_under_load",
