@@ -1,8 +1,9 @@
 /* bunkai_flow.h: what the parts of `bunkai flow` (seed 003, XenLASY) agree
  * on: the join-point table the LLVM pass leaves in a program, the flow-ID
  * runtime's C API, and the record buffer STORE_DATA writes and `bunkai flow
- * dump` reads. Version BKF_VERSION; any change to a layout below bumps it,
- * and readers refuse other versions.
+ * dump` reads. Versions: BKF_VERSION for the join-point table (§1) and
+ * BKF_BUF_VERSION for the buffer (§3); any change to a layout bumps its
+ * version, and readers refuse other versions.
  *
  * Rules: plain C, fixed-width integers, little-endian, usable from C++ (the
  * pass), from C (the runtime, generated advice) and mirrored in Rust.
@@ -117,7 +118,8 @@
  * counter file instead of BKF_IDS_PATH), BUNKAI_FLOW_DIR (instead of
  * BKF_BUF_DIR), BUNKAI_FLOW_BUF (buffer bytes, suffix K/M/G allowed,
  * default 64M, 0: record nothing), BUNKAI_FLOW_POPULATE=1 (fault the whole
- * buffer in when it is created, instead of a page fault per 4 KiB later).
+ * buffer in when it is created, instead of 256 KiB ahead of the records),
+ * BUNKAI_FLOW_CLOCK (ns or tsc: what records' time stamps hold, §3).
  *
  * 3. The record buffer (per process: BKF_BUF_DIR/bunkai-flow.<pid>.buf),
  *    version BKF_BUF_VERSION (its own: a buffer does not outlive its run the
@@ -144,24 +146,30 @@
  *
  * Time stamps: a record's clock_gettime was about 23 of its 45-60 ns, rdtsc
  * is 10. When the kernel's clocksource is the TSC (it found it invariant
- * and in step across CPUs), records hold the TSC and the header two
- * (tsc, CLOCK_REALTIME) pairs: tsc0/ns0 at creation and cal[] a later one.
- * A reader maps t to ns0 + (t - tsc0) * (cal.ns - ns0) / (cal.tsc - tsc0).
- * The runtime takes a second pair at creation (at least 2^14 cycles after
- * the first) and a new one whenever a record's TSC reaches cal_next: the
- * steps double (the span since creation) from 2^16 cycles up to 2^31, so a
- * record is never further past the latest pair than that pair is from
- * tsc0. cal_seq picks the pair: even, cal[(cal_seq >> 1) & 1]; odd, a
+ * and in step across CPUs), records hold the TSC, and the header what a
+ * reader needs to map it to CLOCK_REALTIME: at creation the TSC (tsc0),
+ * CLOCK_REALTIME (ns0) and CLOCK_MONOTONIC (mono0), read together, and
+ * cal[], later (tsc, CLOCK_MONOTONIC) pairs. The rate comes from the
+ * monotonic clock, which runs at the wall clock's rate but never steps:
+ *     ns = ns0 + (t - tsc0) * (cal.ns - mono0) / (cal.tsc - tsc0)
+ * with the latest pair; a change of the wall clock during the run moves no
+ * record (times are the wall clock at creation plus the time since). The
+ * runtime takes the first cal[] pair 2^14 cycles after creation and a new
+ * one whenever a record's TSC reaches cal_next: each step is the span since
+ * creation (2^14 cycles at least, 2^31 at most), so a record lies no
+ * further past the latest pair than that pair lies from tsc0 (until the
+ * 2^31 cap). cal_seq picks the pair: even, cal[(cal_seq >> 1) & 1]; odd, a
  * writer is filling the other slot and (cal_seq >> 1) & 1 is still the
- * latest complete one. Otherwise (clock == BKF_CLOCK_NS) records hold
- * CLOCK_REALTIME and the pairs are unused. BUNKAI_FLOW_CLOCK=ns or tsc
- * chooses (tsc only when the CPU says its TSC is invariant). */
+ * latest complete one. Pairs are published at least a step apart. With
+ * clock == BKF_CLOCK_NS records hold CLOCK_REALTIME and cal[] is unused.
+ * BUNKAI_FLOW_CLOCK=ns or tsc chooses (tsc only when the CPU says its TSC
+ * is invariant). */
 #ifndef BUNKAI_FLOW_H
 #define BUNKAI_FLOW_H
 
 #include <stdint.h>
 
-#define BKF_VERSION 2u /* 2: the member's width in the join-point text (one version for the table and the buffer, whose layout did not change) */
+#define BKF_VERSION 2u /* the join-point table's; 2: the member's width in the join-point text */
 #define BKF_SECTION "bunkai_flow_jp"
 #define BKF_JP_MAGIC 0x50464b42u /* "BKFP" */
 #define BKF_SLED_SIZE 11
@@ -189,8 +197,8 @@ uint64_t bkf_table_size(struct bkf_table *t);
 
 #define BKF_REC_DONE 1u        /* flags: the record is complete */
 #define BKF_REC_HEADER 32u     /* bytes before vals[] */
-#define BKF_BUF_VERSION 3u /* 3: TSC time stamps (clock, cal_*, tsc0, ns0) */
-#define BKF_BUF_HEADER_SIZE 368u
+#define BKF_BUF_VERSION 3u /* 3: TSC time stamps (clock, cal_*, tsc0, ns0, mono0) */
+#define BKF_BUF_HEADER_SIZE 384u
 enum { BKF_CLOCK_NS = 0, BKF_CLOCK_TSC = 1 };
 
 struct bkf_buf_time_pair {
@@ -207,8 +215,11 @@ struct bkf_buf_header {
   volatile uint64_t cal_next; /* TSC at which a writer takes a new pair (head's cache line) */
   uint32_t clock;             /* BKF_CLOCK_NS or BKF_CLOCK_TSC: what records' time holds */
   volatile uint32_t cal_seq;  /* which cal[] is the latest (see above) */
-  uint64_t tsc0, ns0;         /* the pair at creation */
-  struct bkf_buf_time_pair cal[2];
+  uint64_t tsc0;              /* at creation: the TSC, */
+  uint64_t ns0;               /* CLOCK_REALTIME (started_ns) and */
+  uint64_t mono0;             /* CLOCK_MONOTONIC */
+  uint64_t reserved;
+  struct bkf_buf_time_pair cal[2]; /* later (tsc, CLOCK_MONOTONIC) pairs */
   char host[64];              /* the host name (uname) */
   char exe[192];              /* the program */
 };

@@ -446,7 +446,7 @@ static clock_fn vdso_lookup(void) {
   return 0;
 }
 
-static uint64_t now_ns(void) {
+static uint64_t clock_ns(clockid_t c) {
   struct timespec ts;
   clock_fn f = LD_ACQ(&G.vclock);
   if (unlikely(!f)) {
@@ -457,9 +457,11 @@ static uint64_t now_ns(void) {
       ST_REL(&G.vclock_state, 2);
     }
   }
-  if (!f || f(CLOCK_REALTIME, &ts) != 0) sc2(SYS_clock_gettime, CLOCK_REALTIME, &ts);
+  if (!f || f(c, &ts) != 0) sc2(SYS_clock_gettime, c, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+static uint64_t now_ns(void) { return clock_ns(CLOCK_REALTIME); }
 
 /* ------------------------------------------------------------------ */
 /* TSC time stamps (bunkai_flow.h §3): rdtsc is 10 ns here, the vDSO's
@@ -497,33 +499,49 @@ static int choose_clock(void) {
   return n == 4 && sequal(b, "tsc\n") ? BKF_CLOCK_TSC : BKF_CLOCK_NS;
 }
 
-/* A (tsc, CLOCK_REALTIME) pair: the TSC halfway between two reads around
- * the clock, retried when something (an interrupt) came between them. */
-static struct bkf_buf_time_pair time_pair(void) {
+/* A (tsc, CLOCK_MONOTONIC) pair, and CLOCK_REALTIME at the same moment
+ * when real is not null: the TSC halfway between two reads around the
+ * clocks, retried when something (an interrupt) came between them. The
+ * rate comes from CLOCK_MONOTONIC, which runs at the wall clock's rate
+ * (NTP's slewing included) but never steps, so setting the wall clock
+ * during a run moves no record. */
+static struct bkf_buf_time_pair time_pair(uint64_t *real) {
   struct bkf_buf_time_pair p;
   for (int i = 0;; i++) {
     uint64_t a = rdtsc();
-    p.ns = now_ns();
+    p.ns = clock_ns(CLOCK_MONOTONIC);
+    if (real) *real = now_ns();
     uint64_t b = rdtsc();
     p.tsc = a + (b - a) / 2;
     if (b - a < 2048 || i == 7) return p;
   }
 }
 
-#define CAL_MIN (1ull << 16) /* cycles: the first step, doubling... */
-#define CAL_MAX (1ull << 31) /* ...up to this */
+#define CAL_MIN (1ull << 14) /* cycles: the second pair, and the first step... */
+#define CAL_MAX (1ull << 31) /* ...doubling up to this */
 
+/* The next step: the span since creation (so no record lies further past
+ * the latest pair than that pair lies from the first), within bounds. */
 static uint64_t cal_step(const struct bkf_buf_header *h, uint64_t tsc) {
   uint64_t span = tsc - h->tsc0;
   return span < CAL_MIN ? CAL_MIN : span > CAL_MAX ? CAL_MAX : span;
 }
 
 /* A record's TSC reached cal_next: one writer takes a new pair into the
- * slot readers are not using, then publishes it; the others go on. */
+ * slot readers are not using, then publishes it; the others go on. A
+ * writer that wins the sequence just after another published (it loaded
+ * the old cal_next) gives it back unchanged, so pairs are published at
+ * least a step apart and a reader's copy of the header is not torn by two
+ * publications in a row. (A thread killed in here leaves cal_seq odd: no
+ * more pairs for this buffer, whose times then stretch the last rate.) */
 static COLD void recalibrate(struct bkf_buf_header *h) {
   uint32_t s = LD_ACQ(&h->cal_seq);
   if ((s & 1) || !CAS(&h->cal_seq, &s, s + 1)) return;
-  struct bkf_buf_time_pair p = time_pair();
+  if (rdtsc() < LD(&h->cal_next)) {
+    ST_REL(&h->cal_seq, s);
+    return;
+  }
+  struct bkf_buf_time_pair p = time_pair(0);
   h->cal[((s >> 1) + 1) & 1] = p;
   ST(&h->cal_next, p.tsc + cal_step(h, p.tsc));
   ST_REL(&h->cal_seq, s + 2);
@@ -966,9 +984,11 @@ static COLD struct bkf_buf_header *buf_create(struct proc *p) {
   h->host_tag = host_tag16();
   h->capacity = size - sizeof *h;
   h->clock = choose_clock();
-  struct bkf_buf_time_pair t0 = time_pair();
+  uint64_t real;
+  struct bkf_buf_time_pair t0 = time_pair(&real);
   h->tsc0 = t0.tsc;
-  h->ns0 = h->started_ns = t0.ns;
+  h->mono0 = t0.ns;
+  h->ns0 = h->started_ns = real;
   host_name(h->host, sizeof h->host);
   long n = sc3(SYS_readlink, "/proc/self/exe", h->exe, sizeof h->exe - 1);
   h->exe[n > 0 ? n : 0] = 0;
@@ -977,16 +997,15 @@ static COLD struct bkf_buf_header *buf_create(struct proc *p) {
    * (bkf_store). One MADV_POPULATE_WRITE for 64 pages costs 1.45 us a page
    * here against 1.9 for 64 first touches, and it keeps the writer's path
    * free of faults. Linux 5.14; earlier kernels fault page by page. */
-  if (!populate) populate_steps(h, 0, 2);
+  if (populate) ST(&G.no_populate, 1); /* all there already */
+  else populate_steps(h, 0, 2);
   if (h->clock == BKF_CLOCK_TSC) {
-    /* a second pair at least 2^14 cycles later, so that a reader has a rate
+    /* a second pair CAL_MIN cycles later, so that a reader has a rate
      * before the first recalibration */
-    while (rdtsc() - h->tsc0 < (1u << 14)) __asm__ volatile("pause");
-    h->cal[0] = time_pair();
+    while (rdtsc() - h->tsc0 < CAL_MIN) __asm__ volatile("pause");
+    h->cal[0] = time_pair(0);
     h->cal_next = h->cal[0].tsc + cal_step(h, h->cal[0].tsc);
   } else {
-    h->cal[0].tsc = h->tsc0;
-    h->cal[0].ns = h->ns0;
     h->cal_next = ~0ull;
   }
   ST_REL(&h->magic, BKF_BUF_MAGIC); /* a reader trusts the header once it sees the magic */
@@ -1046,9 +1065,6 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
     ADD(&h->dropped, 1);
     return;
   }
-  /* The record that enters a step of the area faults in the step after it
-   * (buf_create did the first two). */
-  if (unlikely((off ^ (off + size)) >= POP_STEP)) populate_steps(h, (off + size) / POP_STEP + 1, 1);
   uint64_t t;
   if (likely(h->clock == BKF_CLOCK_TSC)) {
     t = rdtsc();
@@ -1064,6 +1080,9 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
   ((uint64_t *)r)[3] = tid | (uint64_t)jp << 32;
   for (int i = 0; i < n; i++) ((volatile uint64_t *)r)[4 + i] = vals[i];
   ST_REL((uint16_t *)(r + 6), (uint16_t)BKF_REC_DONE);
+  /* The record that enters a step of the area faults in the step after it
+   * (buf_create did the first two), once it is complete. */
+  if (unlikely((off ^ (off + size)) >= POP_STEP)) populate_steps(h, (off + size) / POP_STEP + 1, 1);
 }
 
 /* ------------------------------------------------------------------ */

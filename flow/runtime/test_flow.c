@@ -136,7 +136,7 @@ static void buf_refresh(struct bufview *v) { v->end = v->h->head < v->h->capacit
 static uint64_t rec_ns(const struct bkf_buf_header *h, uint64_t t) {
   if (h->clock != BKF_CLOCK_TSC) return t;
   struct bkf_buf_time_pair c = h->cal[(h->cal_seq >> 1) & 1];
-  __int128 d = (__int128)(int64_t)(t - h->tsc0) * (int64_t)(c.ns - h->ns0) / (int64_t)(c.tsc - h->tsc0);
+  __int128 d = (__int128)(int64_t)(t - h->tsc0) * (int64_t)(c.ns - h->mono0) / (int64_t)(c.tsc - h->tsc0);
   return h->ns0 + (uint64_t)(int64_t)d;
 }
 

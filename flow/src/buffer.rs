@@ -11,7 +11,7 @@ pub const BUF_MAGIC: u32 = 0x4655_4246;
 /// BKF_BUF_VERSION of bunkai_flow.h (the buffer's own; the join-point table
 /// has BKF_VERSION).
 pub const VERSION: u32 = 3;
-pub const HEADER: usize = 368;
+pub const HEADER: usize = 384;
 /// BKF_CLOCK_NS, BKF_CLOCK_TSC: what a record's time holds.
 pub const CLOCK_NS: u32 = 0;
 pub const CLOCK_TSC: u32 = 1;
@@ -100,8 +100,8 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
         path: PathBuf::new(),
         pid: u32_at(d, 8),
         host_tag: u32_at(d, 12),
-        host: cstr(&d[112..176]),
-        exe: cstr(&d[176..368]),
+        host: cstr(&d[128..192]),
+        exe: cstr(&d[192..384]),
         capacity,
         head,
         dropped: u64_at(d, 32),
@@ -146,18 +146,19 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
 /// How a record's time becomes CLOCK_REALTIME ns (bunkai_flow.h §3).
 enum Clock {
     Ns,
-    /// ns0 + (t - tsc0) * dns / dtsc, from the pair at creation and the
-    /// latest one
-    Tsc { tsc0: u64, ns0: u64, dtsc: i128, dns: i128 },
+    /// ns0 + (t - tsc0) * dmono / dtsc: the wall clock at creation plus the
+    /// time since, at CLOCK_MONOTONIC's rate between the pair at creation
+    /// and the latest one
+    Tsc { tsc0: u64, ns0: u64, dtsc: i128, dmono: i128 },
 }
 
 impl Clock {
     fn ns(&self, t: u64) -> u64 {
         match *self {
             Clock::Ns => t,
-            Clock::Tsc { tsc0, ns0, dtsc, dns } => {
+            Clock::Tsc { tsc0, ns0, dtsc, dmono } => {
                 // a damaged record's time saturates, it does not overflow
-                let d = (t.wrapping_sub(tsc0) as i64 as i128).saturating_mul(dns) / dtsc;
+                let d = (t.wrapping_sub(tsc0) as i64 as i128).saturating_mul(dmono) / dtsc;
                 (ns0 as i128).saturating_add(d).clamp(0, u64::MAX as i128) as u64
             }
         }
@@ -170,18 +171,18 @@ fn clock(d: &[u8]) -> std::result::Result<Clock, String> {
     match u32_at(d, 56) {
         CLOCK_NS => Ok(Clock::Ns),
         CLOCK_TSC => {
-            let (tsc0, ns0) = (u64_at(d, 64), u64_at(d, 72));
+            let (tsc0, ns0, mono0) = (u64_at(d, 64), u64_at(d, 72), u64_at(d, 80));
             // even: cal[seq/2 % 2]; odd: a writer fills the other one
-            let slot = 80 + 16 * ((u32_at(d, 60) as usize >> 1) & 1);
-            let (tsc1, ns1) = (u64_at(d, slot), u64_at(d, slot + 8));
+            let slot = 96 + 16 * ((u32_at(d, 60) as usize >> 1) & 1);
+            let (tsc1, mono1) = (u64_at(d, slot), u64_at(d, slot + 8));
             let dtsc = tsc1 as i128 - tsc0 as i128;
-            let dns = ns1 as i128 - ns0 as i128;
-            if dtsc <= 0 || dns <= 0 || dns * 100 < dtsc || dns > dtsc * 100 {
+            let dmono = mono1 as i128 - mono0 as i128;
+            if dtsc <= 0 || dmono <= 0 || dmono * 100 < dtsc || dmono > dtsc * 100 {
                 return Err(format!(
-                    "offset {slot}: time stamp pairs ({tsc0}, {ns0}) and ({tsc1}, {ns1}) give no TSC rate (damaged buffer)"
+                    "offset {slot}: time stamp pairs ({tsc0}, {mono0}) and ({tsc1}, {mono1}) give no TSC rate (damaged buffer)"
                 ));
             }
-            Ok(Clock::Tsc { tsc0, ns0, dtsc, dns })
+            Ok(Clock::Tsc { tsc0, ns0, dtsc, dmono })
         }
         c => Err(format!("offset 56: clock {c}, neither CLOCK_REALTIME (0) nor the TSC (1) (damaged buffer)")),
     }
@@ -243,8 +244,8 @@ pub mod tests {
         d[8..12].copy_from_slice(&pid.to_le_bytes());
         d[16..24].copy_from_slice(&(cap as u64).to_le_bytes());
         d[40..48].copy_from_slice(&1_000u64.to_le_bytes());
-        d[112..112 + host.len()].copy_from_slice(host.as_bytes());
-        d[176..176 + exe.len()].copy_from_slice(exe.as_bytes());
+        d[128..128 + host.len()].copy_from_slice(host.as_bytes());
+        d[192..192 + exe.len()].copy_from_slice(exe.as_bytes());
         let mut off = 0usize;
         for (ns, pc, tid, jp, vals) in recs {
             let at = HEADER + off;
@@ -303,27 +304,33 @@ pub mod tests {
         assert!(parse(&clock).unwrap_err().contains("offset 56: clock 7"));
         let mut tsc = good;
         tsc[56] = CLOCK_TSC as u8; // and no pairs
-        assert!(parse(&tsc).unwrap_err().contains("offset 80: time stamp pairs"));
+        assert!(parse(&tsc).unwrap_err().contains("offset 96: time stamp pairs"));
     }
 
-    /// With the TSC, times are mapped by the pair at creation and the latest
-    /// pair (cal_seq picks it; odd: the other slot is being written).
+    /// With the TSC, times are the wall clock at creation plus the time
+    /// since at the monotonic clock's rate, from the pair at creation
+    /// and the latest pair (cal_seq picks it; odd: the other slot is being
+    /// written).
     #[test]
     fn tsc_times_are_converted_by_the_latest_pair() {
         let mut d = make(1, "h", "e", 4096, &[(3_000_000, 2, 3, 4, vec![]), (1_000_000, 6, 7, 8, vec![])]);
         let put = |d: &mut Vec<u8>, o: usize, v: u64| d[o..o + 8].copy_from_slice(&v.to_le_bytes());
         d[56..60].copy_from_slice(&CLOCK_TSC.to_le_bytes());
         put(&mut d, 64, 1_000_000); // tsc0
-        put(&mut d, 72, 5_000_000_000); // ns0
-        put(&mut d, 80, 2_000_000); // cal[0]: an older pair (1 cycle a ns)
-        put(&mut d, 88, 5_001_000_000);
-        put(&mut d, 96, 3_000_000); // cal[1]: 2 cycles a ns
-        put(&mut d, 104, 5_001_000_000);
+        put(&mut d, 72, 5_000_000_000); // ns0: the wall clock
+        put(&mut d, 80, 700_000); // mono0: the monotonic clock
+        put(&mut d, 96, 2_000_000); // cal[0]: an older pair (1 cycle a ns)
+        put(&mut d, 104, 1_700_000);
+        put(&mut d, 112, 3_000_000); // cal[1]: 2 cycles a ns
+        put(&mut d, 120, 1_700_000);
         for (seq, want) in [(2u32, 5_001_000_000u64), (3, 5_001_000_000), (4, 5_002_000_000), (5, 5_002_000_000)] {
             d[60..64].copy_from_slice(&seq.to_le_bytes());
             let b = parse(&d).unwrap();
             assert_eq!((b.records[0].ns, b.records[1].ns), (want, 5_000_000_000), "seq {seq}");
         }
+        put(&mut d, 120, 600_000); // the monotonic clock went back: damaged
+        d[60..64].copy_from_slice(&2u32.to_le_bytes());
+        assert!(parse(&d).unwrap_err().contains("offset 112: time stamp pairs"));
     }
 
     #[test]
