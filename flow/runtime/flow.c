@@ -102,6 +102,7 @@
  * (ns or tsc: what records' time stamps hold).
  */
 #define _GNU_SOURCE
+#include <cpuid.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -475,12 +476,11 @@ static inline uint64_t rdtsc(void) {
   return (uint64_t)hi << 32 | lo;
 }
 
+/* CPUID 0x80000007 EDX bit 8: the TSC runs at a constant rate in every
+ * power state (<cpuid.h> is the compiler's, inline, no libc). */
 static int tsc_invariant(void) {
-  uint32_t a, b, c, d;
-  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
-  if (a < 0x80000007u) return 0;
-  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
-  return (d >> 8) & 1;
+  unsigned a, b, c, d;
+  return __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d >> 8 & 1);
 }
 
 /* BKF_CLOCK_TSC or BKF_CLOCK_NS: BUNKAI_FLOW_CLOCK=ns|tsc, else the TSC when

@@ -9,6 +9,7 @@
  * and the ID counter to BUNKAI_FLOW_IDS; when they are not set, the test
  * makes a directory under /tmp and removes it at the end. */
 #define _GNU_SOURCE
+#include <cpuid.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -750,10 +751,7 @@ static void test_buffer_race(char *note) {
  * error), after several recalibrations. */
 static int cpu_tsc_invariant(void) {
   unsigned a, b, c, d;
-  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
-  if (a < 0x80000007u) return 0;
-  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000007u), "c"(0));
-  return (d >> 8) & 1;
+  return __get_cpuid(0x80000007u, &a, &b, &c, &d) && (d >> 8 & 1);
 }
 
 static void test_time_stamps(char *note) {
