@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 #include "../include/bunkai_mod.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1066,6 +1067,41 @@ EXPORT const char *bunkai_host_socket(void) {
   return sock_path[0] ? sock_path : NULL;
 }
 
+/* Sockets left by hosts that died without their atexit (killed): removed
+ * when another host starts in the default directory. A socket is taken for
+ * dead only when no process has its pid here and connecting to it is
+ * refused, so a live host in another pid namespace (its pid dead here, its
+ * socket listening) and one between its bind and its listen (its pid
+ * alive) keep theirs. */
+static void sweep_dead_sockets(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (end == e->d_name || pid <= 0 || strcmp(end, ".sock") != 0 ||
+        pid == (long)getpid())
+      continue;
+    if (kill((pid_t)pid, 0) == 0 || errno == EPERM)
+      continue; /* alive */
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir,
+                         e->d_name) >= sizeof a.sun_path)
+      continue;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      break;
+    int dead = connect(fd, (struct sockaddr *)&a, sizeof a) != 0 &&
+               errno == ECONNREFUSED;
+    close(fd);
+    if (dead)
+      unlink(a.sun_path);
+  }
+  closedir(d);
+}
+
 EXPORT int bunkai_host_start(const char *path) {
   if (listen_fd >= 0)
     return 0;
@@ -1083,6 +1119,7 @@ EXPORT int bunkai_host_start(const char *path) {
               def);
       return -1;
     }
+    sweep_dead_sockets(def);
     snprintf(def + strlen(def), sizeof def - strlen(def), "/%d.sock",
              (int)getpid());
     path = def;

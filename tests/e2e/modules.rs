@@ -568,3 +568,66 @@ fn modules_are_mapped_from_a_memfd_and_the_copying_load_still_works() {
     assert_eq!(h.used(), 0);
     h.wait_round("builtin");
 }
+
+/// Hosts killed without their atexit leave their sockets in the default
+/// directory (/tmp/bunkai-mod-UID); the next host to start there removes
+/// them, and keeps the socket named after a live process.
+#[test]
+fn a_starting_host_removes_the_sockets_of_killed_hosts() {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::net::UnixListener;
+    let uid: u32 = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap();
+    let dir = PathBuf::from(format!("/tmp/bunkai-mod-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    let lib = root().join("build/lib/bunkai/libbunkai-host.so");
+    let host = || {
+        Command::new("sleep")
+            .arg("60")
+            .env("BUNKAI_HOST", "1")
+            .env("LD_PRELOAD", &lib)
+            .env_remove("BUNKAI_HOST_SOCKET")
+            .spawn()
+            .unwrap()
+    };
+    let wait_for = |p: &Path| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !p.exists() {
+            assert!(Instant::now() < deadline, "{} did not appear", p.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+
+    // a host killed: its socket stays
+    let mut killed = host();
+    let killed_sock = dir.join(format!("{}.sock", killed.id()));
+    wait_for(&killed_sock);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    assert!(killed_sock.exists(), "a killed host's socket is expected to stay behind");
+    // a socket file nobody listens on, named after a pid that has ended
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let stale = dir.join(format!("{gone_pid}.sock"));
+    drop(UnixListener::bind(&stale).unwrap());
+    // and one named after a live process (this test): not ours to remove
+    let alive = dir.join(format!("{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&alive);
+    drop(UnixListener::bind(&alive).unwrap());
+
+    let mut next = host();
+    let next_sock = dir.join(format!("{}.sock", next.id()));
+    wait_for(&next_sock);
+    let (k, s, a) = (killed_sock.exists(), stale.exists(), alive.exists());
+    next.kill().unwrap();
+    next.wait().unwrap();
+    let _ = std::fs::remove_file(&alive);
+    let _ = std::fs::remove_file(&next_sock);
+    assert!(!k && !s, "the dead hosts' sockets are still there: killed {k}, stale {s}");
+    assert!(a, "the socket named after a live process was removed");
+}
