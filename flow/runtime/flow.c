@@ -1141,14 +1141,18 @@ extern char __bunkai_flow_tramp[]; /* below, in asm */
 #define GUARD_CODES 4096         /* distinct guards per process, at most */
 #define GUARD_MAX_BYTES 288      /* one guard's code and data, at most */
 
+/* One cache line each, what the dispatch reads first: a followed pass
+ * costs the return map's line and this one (at 56 bytes, a quarter of the
+ * slots had h..jp across two lines). */
 struct wslot {
-  uint64_t sled;                 /* 0: free */
-  uint64_t stub;
-  uint64_t call;                 /* what the woven sled calls: the stub or a guard */
-  int patched;                   /* bytes 2..10 written once: from now on only their rel32 changes */
   bkf_handler h;                 /* seq_cst */
   void *arg;
   uint32_t jp;
+  int patched;                   /* bytes 2..10 written once: from now on only their rel32 changes */
+  uint64_t sled;                 /* 0: free */
+  uint64_t stub;
+  uint64_t call;                 /* what the woven sled calls: the stub or a guard */
+  uint64_t pad[2];
 };
 
 struct wpage {
@@ -1161,6 +1165,8 @@ struct tcount {
   uint64_t count;                /* calls in progress; written by that thread only */
   uint64_t pad[6];               /* one cache line each */
 };
+/* W.slots follows W.threads in one page-aligned mapping: both stay on lines */
+_Static_assert(sizeof(struct wslot) == 64 && sizeof(struct tcount) == 64, "slots on cache lines");
 
 static struct {
   int lock;
