@@ -271,7 +271,7 @@ def main():
              f"Following one request in ten costs {cd[filt_m] / 1000:+.1f} µs a request in all, "
              f"{(cd[filt_m] - cd[nothing_m]) * a.requests / flows / 1000:.0f} µs per followed request beyond the filter "
              f"({filt['records'] / flows:.0f} records each). With every request followed: "
-             f"{cd[every_m] / 1000:+.1f} µs a request, {cd[every_m] / (med[every_m]['records'] / a.requests):.0f} ns "
+             f"{cd[every_m] / 1000:+.1f} µs a request, {cd[every_m] / ((med[every_m]['records'] / a.requests) or float('nan')):.0f} ns "
              f"a record ({med[every_m]['records'] / a.requests:.0f} records a request). The noise floor of these differences: "
              f"{cd[floor] / 1000:+.1f} µs a request.")
     L.append(paper_target(res[filt_m]["rps"], res[unf_m]["rps"], noise))

@@ -74,7 +74,8 @@
  * (flags = BKF_REC_DONE, release); when the reservation does not fit it adds
  * one to dropped instead. Pages are faulted in 256 KiB ahead of the records
  * (MADV_POPULATE_WRITE), and time stamps are the TSC where the kernel keeps
- * time by it (rdtsc; a new (tsc, ns) pair for readers at doubling steps). A thread that stores while another creates the
+ * time by it (rdtsc; a new (tsc, CLOCK_MONOTONIC) pair for readers at
+ * doubling steps). A thread that stores while another creates the
  * buffer waits for it (a millisecond at most), except a signal handler that
  * interrupted the creating thread itself: waiting would never end, so that
  * record is dropped, and counted in `dropped` once the buffer exists.
@@ -468,7 +469,8 @@ static uint64_t now_ns(void) { return clock_ns(CLOCK_REALTIME); }
 /* TSC time stamps (bunkai_flow.h §3): rdtsc is 10 ns here, the vDSO's
  * clock_gettime 22. Records hold the TSC when the kernel's clocksource is
  * the TSC (it checked that the TSC is invariant and in step across CPUs);
- * the header's (tsc, ns) pairs let a reader convert. */
+ * the header's clock readings at creation and (tsc, CLOCK_MONOTONIC) pairs
+ * let a reader convert. */
 
 static inline uint64_t rdtsc(void) {
   uint32_t lo, hi;

@@ -1070,9 +1070,11 @@ EXPORT const char *bunkai_host_socket(void) {
 /* Sockets left by hosts that died without their atexit (killed): removed
  * when another host starts in the default directory. A socket is taken for
  * dead only when no process has its pid here and connecting to it is
- * refused, so a live host in another pid namespace (its pid dead here, its
- * socket listening) and one between its bind and its listen (its pid
- * alive) keep theirs. */
+ * refused. A host binds a temporary name, listens, and only then renames
+ * it to PID.sock (bunkai_host_start), so a PID.sock always had a listener:
+ * a live host in another pid namespace (its pid dead here) answers and
+ * keeps its socket, even when its pid is reused here meanwhile. The probe
+ * does not block: a listener with a full backlog (EAGAIN) is alive. */
 static void sweep_dead_sockets(const char *dir) {
   DIR *d = opendir(dir);
   if (!d)
@@ -1090,7 +1092,7 @@ static void sweep_dead_sockets(const char *dir) {
     if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir,
                          e->d_name) >= sizeof a.sun_path)
       continue;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
       break;
     int dead = connect(fd, (struct sockaddr *)&a, sizeof a) != 0 &&
@@ -1129,14 +1131,19 @@ EXPORT int bunkai_host_start(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return -1;
+  /* Listening before the socket has its name: bind PATH.tmp, listen, then
+   * rename (another host's sweep must never find PATH without a listener). */
   struct sockaddr_un a = {.sun_family = AF_UNIX};
-  strcpy(a.sun_path, path);
-  unlink(path);
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16)) {
+  if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s.tmp", path) >= sizeof a.sun_path)
+    strcpy(a.sun_path, path); /* no room for the suffix: the name at once */
+  unlink(a.sun_path);
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16) ||
+      chmod(a.sun_path, 0600) ||
+      (strcmp(a.sun_path, path) && rename(a.sun_path, path))) {
+    unlink(a.sun_path);
     close(fd);
     return -1;
   }
-  chmod(path, 0600);
   strcpy(sock_path, path);
   listen_fd = fd;
   atexit(remove_socket);
