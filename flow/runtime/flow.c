@@ -316,7 +316,7 @@ static struct {
   uint32_t setup_pid;       /* the last process that set up (not wiped: tells a fork child) */
   clock_fn vclock;          /* the vDSO's clock_gettime, or 0 */
   int vclock_state;         /* 0 not looked up, 1 looking, 2 done */
-  int no_populate;          /* MADV_POPULATE_WRITE is not there (Linux < 5.14) */
+  int no_populate;          /* no populating ahead: MADV_POPULATE_WRITE is not there (Linux < 5.14), or the buffer was populated whole */
   struct bkf_buf_header *last_buf; /* the mapping the last process created (a child unmaps it) */
   uint64_t last_len;
 } G;
