@@ -125,8 +125,9 @@
  *    version BKF_BUF_VERSION (its own: a buffer does not outlive its run the
  *    way a join-point table outlives its build)
  *
- *     struct bkf_buf_header (BKF_BUF_HEADER_SIZE bytes), then records back
- *     to back (not a ring: a full buffer drops, it never overwrites):
+ *     struct bkf_buf_header (BKF_BUF_HEADER_SIZE bytes), then the area:
+ *     reservations back to back (not a ring: a full buffer drops, it never
+ *     overwrites), each a record or a writer's chunk of records. A record:
  *     u32 size (bytes of this record, multiple of 8), u16 nvals, u16 flags
  *     u64 time (when the advice ran: CLOCK_REALTIME in ns, or with
  *              clock == BKF_CLOCK_TSC the time stamp counter, which a
@@ -135,14 +136,26 @@
  *     u64 pc   (the sled's address: $pc$)
  *     u32 tid, u32 jp (join-point index in the module's table, or ~0)
  *     u64 vals[nvals]
- * A writer reserves space with one atomic add on `head`, stores the first
- * word (size, nvals, flags 0), the rest, and last sets flags to BKF_REC_DONE
- * (release). When the reservation does not fit it counts `dropped` instead
- * (head then runs past capacity). A reader walks from offset 0 up to
- * min(head, capacity): size 0 ends the walk (not written yet: the space of a
- * reservation that did not fit, or a writer between its add and its first
- * store), a record without BKF_REC_DONE is being written (or its writer died)
- * and is skipped by its size. The header is valid once magic is set.
+ * A chunk: u32 size (bytes of the chunk, its head included, multiple of 8),
+ * u16 0, u16 flags = BKF_REC_CHUNK, then records back to back, up to size
+ * or to a zero word (the unused rest). A writing thread reserves a chunk
+ * (BKF_CHUNK bytes, fewer at the end of the area) with one atomic add on
+ * `head`, stores its head, and then writes its records into it one after
+ * the other with no atomic operation; a record that does not fit in the
+ * rest of its thread's chunk goes into a new chunk, or, when it is larger
+ * than BKF_CHUNK / 4, into a reservation of its own (the thread keeps its
+ * chunk); so does a record made in a signal handler that interrupted its
+ * thread's own store. A record's writer stores its first word (size,
+ * nvals, flags 0), the rest, and last sets flags to BKF_REC_DONE
+ * (release). When a reservation does not fit it counts `dropped` instead
+ * (head may then run past capacity). A reader walks from offset 0 up to
+ * min(head, capacity): a zero word ends the walk (not written yet: the
+ * space of a reservation that did not fit, or a writer between its add and
+ * its first store) or, in a chunk, the chunk; a record without
+ * BKF_REC_DONE is being written (or its writer died) and is skipped by its
+ * size. A thread's records lie in order in its chunks; records of
+ * different threads are in no order in the area: readers sort by time.
+ * The header is valid once magic is set.
  *
  * Time stamps: a record's clock_gettime was about 23 of its 45-60 ns, rdtsc
  * is 10. When the kernel's clocksource is the TSC (it found it invariant
@@ -196,8 +209,10 @@ void remove_flowid(struct bkf_table *t, const void *key);
 uint64_t bkf_table_size(struct bkf_table *t);
 
 #define BKF_REC_DONE 1u        /* flags: the record is complete */
+#define BKF_REC_CHUNK 2u       /* flags: a writer's chunk of records, not a record */
+#define BKF_CHUNK 4096u        /* bytes a writer reserves at a time (§3) */
 #define BKF_REC_HEADER 32u     /* bytes before vals[] */
-#define BKF_BUF_VERSION 3u /* 3: TSC time stamps (clock, cal_*, tsc0, ns0, mono0) */
+#define BKF_BUF_VERSION 4u /* 3: TSC time stamps (clock, cal_*, tsc0, ns0, mono0); 4: writers' chunks */
 #define BKF_BUF_HEADER_SIZE 384u
 enum { BKF_CLOCK_NS = 0, BKF_CLOCK_TSC = 1 };
 

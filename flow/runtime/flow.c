@@ -69,10 +69,11 @@
  *
  * Record buffer: the first bkf_store of a process creates
  * BKF_BUF_DIR/bunkai-flow.<pid>.buf (sparse, BUNKAI_FLOW_BUF bytes, default
- * 64 MiB), fills the header and maps it MAP_SHARED. A store reserves its bytes
- * with one atomic add on head, writes the record and marks it complete last
- * (flags = BKF_REC_DONE, release); when the reservation does not fit it adds
- * one to dropped instead. Pages are faulted in 256 KiB ahead of the records
+ * 64 MiB), fills the header and maps it MAP_SHARED. A thread reserves a
+ * chunk of the area at a time with one atomic add on head and writes its
+ * records into it with plain stores, each marked complete last (flags =
+ * BKF_REC_DONE, release); when a reservation does not fit it adds one to
+ * dropped instead. Pages are faulted in 256 KiB ahead of the records
  * (MADV_POPULATE_WRITE), and time stamps are the TSC where the kernel keeps
  * time by it (rdtsc; a new (tsc, CLOCK_MONOTONIC) pair for readers at
  * doubling steps). A thread that stores while another creates the
@@ -301,6 +302,7 @@ struct proc {
   struct bkf_buf_header *buf;     /* set when ready (the fast path's pointer) */
   struct bkf_buf_header *buf_any; /* the same, also without wipe-on-fork */
   uint64_t early_drops;           /* stores while the buffer was being created */
+  struct bthread *threads;        /* writers' chunks (set before buf; 0: every record reserves its own bytes) */
 };
 
 typedef int (*clock_fn)(clockid_t, struct timespec *);
@@ -319,6 +321,7 @@ static struct {
   int no_populate;          /* no populating ahead: MADV_POPULATE_WRITE is not there (Linux < 5.14), or the buffer was populated whole */
   struct bkf_buf_header *last_buf; /* the mapping the last process created (a child unmaps it) */
   uint64_t last_len;
+  struct bthread *last_threads;    /* and its writers' chunks (wiped in a child: unmapped too) */
 } G;
 
 static struct arr empty_arr = {.gen = 2, .shift = 63, .log2 = 0, .mask = 0, .s = {{0, 0}}};
@@ -938,6 +941,60 @@ static COLD void populate_steps(struct bkf_buf_header *h, uint64_t k, uint64_t n
   if (sc3(SYS_madvise, a, b - a, MADV_POPULATE_WRITE) == -EINVAL) ST(&G.no_populate, 1);
 }
 
+/* Writers' chunks. A thread reserves CHUNK bytes of the area at a time
+ * (one atomic add on head) and writes its records into them with plain
+ * stores: the locked add on a line every writer shares was half of a
+ * record's cost in a tight loop, and more where threads on other CPUs
+ * record too (the line moves at every record). A thread finds its state
+ * by its thread pointer (%fs:0; no TLS here), in a table of one cache
+ * line per thread, written by that thread only, in a private mapping that
+ * a fork child sees as zeros (MADV_WIPEONFORK; without it, or with no
+ * thread pointer, or when the table has no room, records reserve their
+ * own bytes as before). A thread's records are in order in its chunks;
+ * readers sort by time. A record in a signal handler that interrupted its
+ * thread's store (busy) reserves its own bytes too, as does a record
+ * larger than a quarter chunk that does not fit in the rest of its
+ * thread's chunk (which the thread keeps). A chunk's unused tail is zeros, which end a
+ * reader's walk of it; a new thread on a dead one's thread pointer goes
+ * on in the dead one's chunk. */
+#define CHUNK ((uint64_t)BKF_CHUNK)
+#define CHUNK_THREADS 4096
+struct bthread {
+  uint64_t key;                  /* the thread pointer; 0: free; set once (CAS) */
+  uint64_t pos, end;             /* the next record's offset in the area, the chunk's end */
+  uint32_t busy;                 /* in bkf_store (the thread's signal handlers see it) */
+  uint32_t pad0;
+  uint64_t pad[4];
+};
+_Static_assert(sizeof(struct bthread) == 64, "one cache line per writer");
+
+static COLD struct bthread *bthreads_new(void) {
+  if (LD(&G.nowipe)) return 0;
+  struct bthread *t = map_anon(CHUNK_THREADS * sizeof *t, MAP_PRIVATE);
+  if (t && sc3(SYS_madvise, t, CHUNK_THREADS * sizeof *t, MADV_WIPEONFORK) != 0) {
+    sc2(SYS_munmap, t, CHUNK_THREADS * sizeof *t);
+    t = 0;
+  }
+  return t;
+}
+
+/* The calling thread's entry (claimed on its first record), or 0. */
+static inline struct bthread *bthread_of(struct bthread *t) {
+  uint64_t tp;
+  __asm__("mov %%fs:0, %0" : "=r"(tp));
+  if (unlikely(!tp)) return 0;
+  uint32_t i = (uint32_t)((tp * GOLDEN) >> 52) & (CHUNK_THREADS - 1);
+  for (uint32_t n = 0; n < 8; n++, i = (i + 1) & (CHUNK_THREADS - 1)) {
+    uint64_t k = LD(&t[i].key);
+    if (likely(k == tp)) return &t[i];
+    if (k == 0) {
+      if (CAS(&t[i].key, &k, tp)) return &t[i];
+      if (k == tp) return &t[i]; /* a signal handler on this thread claimed it meanwhile */
+    }
+  }
+  return 0;
+}
+
 static COLD struct bkf_buf_header *buf_create(struct proc *p) {
   uint64_t size = DEFAULT_BUF;
   const char *s = env("BUNKAI_FLOW_BUF");
@@ -1044,12 +1101,51 @@ static COLD struct bkf_buf_header *buf_slow(void) {
   }
   G.last_buf = h;
   G.last_len = h->capacity + sizeof *h;
+  if (G.last_threads) sc2(SYS_munmap, G.last_threads, CHUNK_THREADS * sizeof(struct bthread));
+  G.last_threads = bthreads_new();
+  ST(&p->threads, G.last_threads);
   ST_REL(&p->buf_any, h);
   if (!LD(&G.nowipe)) ST_REL(&p->buf, h); /* else every store checks the pid */
   ST_REL(&p->buf_state, 2);
   uint64_t early = __atomic_exchange_n(&p->early_drops, 0, __ATOMIC_ACQ_REL);
   if (early) ADD(&h->dropped, early);
   return h;
+}
+
+/* A record's own reservation, as every record had before chunks; ~0 when
+ * it does not fit (counted). */
+static uint64_t reserve_own(struct bkf_buf_header *h, uint64_t size) {
+  uint64_t off = ADD(&h->head, size);
+  if (unlikely(off + size > h->capacity)) {
+    ADD(&h->dropped, 1);
+    return ~0ull;
+  }
+  if (unlikely((off ^ (off + size)) >= POP_STEP)) populate_steps(h, (off + size) / POP_STEP + 1, 1);
+  return off;
+}
+
+/* The thread's chunk cannot take a record of size bytes: the record's
+ * offset in a new chunk (the end of the area may make it shorter), or ~0
+ * when the area is full (counted). The chunk that enters a step of the area faults in the step
+ * after it (buf_create did the first two). */
+static NOINLINE uint64_t chunk_take(struct bkf_buf_header *h, struct bthread *bt, uint64_t size) {
+  if (size > CHUNK / 4) return reserve_own(h, size);
+  uint64_t cap = h->capacity, c;
+  if (LD(&h->head) >= cap || (c = ADD(&h->head, CHUNK)) >= cap) {
+    ADD(&h->dropped, 1);
+    return ~0ull;
+  }
+  uint64_t len = cap - c < CHUNK ? cap - c : CHUNK;
+  ST((uint64_t *)((char *)(h + 1) + c), len | (uint64_t)BKF_REC_CHUNK << 48);
+  bt->end = c + len;
+  if (unlikely((c ^ (c + len)) >= POP_STEP)) populate_steps(h, (c + len) / POP_STEP + 1, 1);
+  if (unlikely(8 + size > len)) {
+    bt->pos = c + 8;
+    ADD(&h->dropped, 1);
+    return ~0ull;
+  }
+  bt->pos = c + 8 + size;
+  return c + 8;
 }
 
 API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
@@ -1061,12 +1157,19 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
   }
   if (unlikely(n < 0 || !vals)) n = 0;
   if (unlikely(n > MAX_VALS)) n = MAX_VALS;
-  uint64_t size = 32 + 8 * (uint64_t)n;
-  uint64_t off = ADD(&h->head, size);
-  if (unlikely(off + size > h->capacity)) {
-    ADD(&h->dropped, 1);
-    return;
+  uint64_t size = 32 + 8 * (uint64_t)n, off;
+  struct bthread *bt = LD(&p->threads);
+  if (likely(bt) && likely((bt = bthread_of(bt)) != 0) && likely(!bt->busy)) {
+    bt->busy = 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* busy before the state it guards, for this thread's handlers */
+    off = bt->pos;
+    if (likely(off + size <= bt->end)) bt->pos = off + size;
+    else off = chunk_take(h, bt, size);
+  } else {
+    bt = 0;
+    off = reserve_own(h, size);
   }
+  if (unlikely(off == ~0ull)) goto out;
   uint64_t t;
   if (likely(h->clock == BKF_CLOCK_TSC)) {
     t = rdtsc();
@@ -1082,9 +1185,11 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
   ((uint64_t *)r)[3] = tid | (uint64_t)jp << 32;
   for (int i = 0; i < n; i++) ((volatile uint64_t *)r)[4 + i] = vals[i];
   ST_REL((uint16_t *)(r + 6), (uint16_t)BKF_REC_DONE);
-  /* The record that enters a step of the area faults in the step after it
-   * (buf_create did the first two), once it is complete. */
-  if (unlikely((off ^ (off + size)) >= POP_STEP)) populate_steps(h, (off + size) / POP_STEP + 1, 1);
+out:
+  if (bt) {
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    bt->busy = 0;
+  }
 }
 
 /* ------------------------------------------------------------------ */

@@ -102,6 +102,7 @@ struct rec {
   uint32_t size, nvals, flags, tid, jp;
   uint64_t ns, pc;
   const uint64_t *vals;
+  uint64_t chunk; /* the offset of the writer's chunk it is in, or ~0: a reservation of its own */
 };
 
 struct bufview {
@@ -110,6 +111,8 @@ struct bufview {
   const struct bkf_buf_header *h;
   const char *data;
   uint64_t end; /* min(head, capacity) */
+  uint64_t chunk, cend; /* the chunk being walked and its end (cend 0: none) */
+  uint64_t reserved, chunks; /* bytes of the reservations walked so far, and chunks among them */
 };
 
 static int buf_open(struct bufview *v, int pid) {
@@ -125,6 +128,7 @@ static int buf_open(struct bufview *v, int pid) {
   CHECK(v->map != MAP_FAILED, "mmap %s", p);
   v->h = v->map;
   v->data = (const char *)v->map + BKF_BUF_HEADER_SIZE;
+  v->cend = v->reserved = v->chunks = 0;
   v->end = v->h->head < v->h->capacity ? v->h->head : v->h->capacity;
   return 1;
 }
@@ -141,24 +145,49 @@ static uint64_t rec_ns(const struct bkf_buf_header *h, uint64_t t) {
   return h->ns0 + (uint64_t)(int64_t)d;
 }
 
-/* Next record at *off; 0 at the end. Checks the framing. */
+/* Next record at *off (start at 0); 0 at the end. Walks writers' chunks
+ * (bunkai_flow.h §3: a zero word ends a chunk, or the walk at the top) and
+ * checks the framing. */
 static int buf_next(struct bufview *v, uint64_t *off, struct rec *r) {
-  if (*off + BKF_REC_HEADER > v->end) return 0;
-  const char *p = v->data + *off;
-  uint32_t size = *(const uint32_t *)p;
-  if (!size) return 0;
-  CHECK(size % 8 == 0 && size >= BKF_REC_HEADER && *off + size <= v->end, "record at %llu: size %u", (unsigned long long)*off, size);
-  r->size = size;
-  r->nvals = *(const uint16_t *)(p + 4);
-  r->flags = *(const uint16_t *)(p + 6);
-  r->ns = rec_ns(v->h, *(const uint64_t *)(p + 8));
-  r->pc = *(const uint64_t *)(p + 16);
-  r->tid = *(const uint32_t *)(p + 24);
-  r->jp = *(const uint32_t *)(p + 28);
-  r->vals = (const uint64_t *)(p + 32);
-  CHECK(size == BKF_REC_HEADER + 8 * r->nvals, "record at %llu: size %u for %u values", (unsigned long long)*off, size, r->nvals);
-  *off += size;
-  return 1;
+  for (;;) {
+    if (v->cend && *off + 8 > v->cend) {
+      *off = v->cend, v->cend = 0;
+      continue;
+    }
+    if (*off + 8 > v->end) return 0;
+    const char *p = v->data + *off;
+    uint32_t size = *(const uint32_t *)p;
+    uint16_t flags = *(const uint16_t *)(p + 6);
+    if (!size) {
+      if (!v->cend) return 0;
+      *off = v->cend, v->cend = 0;
+      continue;
+    }
+    if (!v->cend && (flags & BKF_REC_CHUNK)) {
+      CHECK(flags == BKF_REC_CHUNK && size % 8 == 0 && size >= 8 && *off + size <= v->end, "chunk at %llu: size %u flags %u",
+            (unsigned long long)*off, size, flags);
+      v->chunk = *off, v->cend = *off + size;
+      v->reserved += size, v->chunks++;
+      *off += 8;
+      continue;
+    }
+    uint64_t lim = v->cend ? v->cend : v->end;
+    CHECK(size % 8 == 0 && size >= BKF_REC_HEADER && *off + size <= lim, "record at %llu: size %u", (unsigned long long)*off, size);
+    CHECK(!(flags & ~BKF_REC_DONE), "record at %llu: flags %u", (unsigned long long)*off, flags);
+    r->size = size;
+    r->nvals = *(const uint16_t *)(p + 4);
+    r->flags = flags;
+    r->ns = rec_ns(v->h, *(const uint64_t *)(p + 8));
+    r->pc = *(const uint64_t *)(p + 16);
+    r->tid = *(const uint32_t *)(p + 24);
+    r->jp = *(const uint32_t *)(p + 28);
+    r->vals = (const uint64_t *)(p + 32);
+    r->chunk = v->cend ? v->chunk : ~0ull;
+    if (!v->cend) v->reserved += size;
+    CHECK(size == BKF_REC_HEADER + 8 * r->nvals, "record at %llu: size %u for %u values", (unsigned long long)*off, size, r->nvals);
+    *off += size;
+    return 1;
+  }
 }
 
 /* ------------------------------------------------------------------ */
@@ -575,7 +604,7 @@ static void test_concurrent(char *note) {
 /* ------------------------------------------------------------------ */
 /* The record buffer                                                   */
 
-enum { BT = 3, BN = 20000 };
+enum { BT = 3, BN = 20000, BIG_VALS = 400 };
 static int bt_tid[BT];
 static void *bt_thread(void *p) {
   int t = (int)(intptr_t)p;
@@ -585,6 +614,13 @@ static void *bt_thread(void *p) {
     int n = 1 + (int)(s % 5);
     v[0] = (uint64_t)t << 32 | s, v[1] = s ^ 0xdead, v[2] = ~s, v[3] = s * 3, v[4] = s << 7;
     bkf_store(0x400000 + (uint64_t)t, (uint32_t)t + 10, n, v);
+    if (s % 4000 == 0) {
+      /* larger than a quarter chunk: in the thread's chunk if it fits
+       * (one in five), else a reservation of its own */
+      uint64_t big[BIG_VALS];
+      for (int i = 0; i < BIG_VALS; i++) big[i] = (uint64_t)t << 32 | (s + (uint64_t)i);
+      bkf_store(0xb16000 + (uint64_t)t, 9, BIG_VALS, big);
+    }
   }
   return 0;
 }
@@ -622,7 +658,8 @@ static void test_buffer(char *note) {
 
   /* Every record, once, complete and right. */
   static uint64_t last_ns[BT], seen[BT][BN / 64 + 1];
-  uint64_t off = 0, bytes = 0, count = 0;
+  uint64_t off = 0, bytes = 0, count = 0, bigs = 0, bigs_own = 0, last_chunk = ~0ull;
+  uint32_t chunk_tid = 0;
   int tail = 0;
   struct rec r;
   memset(last_ns, 0, sizeof last_ns);
@@ -630,7 +667,19 @@ static void test_buffer(char *note) {
   while (buf_next(&v, &off, &r)) {
     CHECK(r.flags == BKF_REC_DONE, "record %llu not complete", (unsigned long long)count);
     bytes += r.size, count++;
-    if (r.pc >= 0x400000 && r.pc < 0x400000 + BT) {
+    /* a chunk is one thread's */
+    if (r.chunk != ~0ull && r.chunk != last_chunk) last_chunk = r.chunk, chunk_tid = r.tid;
+    CHECK(r.chunk == ~0ull || r.tid == chunk_tid, "chunk at %llu holds records of threads %u and %u", (unsigned long long)r.chunk,
+          chunk_tid, r.tid);
+    if (r.pc >= 0xb16000 && r.pc < 0xb16000 + BT) {
+      int t = (int)(r.pc - 0xb16000);
+      uint64_t s0 = r.vals[0] & 0xffffffff;
+      CHECK(r.nvals == BIG_VALS && r.tid == (uint32_t)bt_tid[t] && s0 % 4000 == 0, "big record at %llu", (unsigned long long)(off - r.size));
+      bigs_own += r.chunk == ~0ull;
+      for (int i = 0; i < BIG_VALS; i++) CHECK(r.vals[i] == ((uint64_t)t << 32 | (s0 + (uint64_t)i)), "big record value %d", i);
+      bigs++;
+    } else if (r.pc >= 0x400000 && r.pc < 0x400000 + BT) {
+      CHECK(r.chunk != ~0ull, "a thread's record outside its chunks");
       int t = (int)(r.pc - 0x400000);
       uint64_t s = r.vals[0] & 0xffffffff;
       CHECK(r.jp == (uint32_t)t + 10 && r.vals[0] >> 32 == (uint64_t)t && s < BN, "thread record at %llu: pc %llx jp %u v0 %llx",
@@ -658,12 +707,21 @@ static void test_buffer(char *note) {
     }
   }
   CHECK(tail == 3, "the macros' records are missing");
-  CHECK(count == BT * BN + 3 && bytes == h->head, "%llu records, %llu bytes, head %llu", (unsigned long long)count,
-        (unsigned long long)bytes, (unsigned long long)h->head);
+  CHECK(bigs == BT * (BN / 4000) && count == BT * BN + 3 + bigs, "%llu records, %llu big ones", (unsigned long long)count,
+        (unsigned long long)bigs);
+  CHECK(bigs_own > 0, "no big record had a reservation of its own");
+  /* every reserved byte walked; what chunks leave unused: the chunk's
+   * head and less than a small record in each (a big one that does not
+   * fit goes elsewhere and the chunk stays), and each thread's last chunk */
+  CHECK(v.reserved == h->head, "walked %llu bytes of reservations, head %llu", (unsigned long long)v.reserved,
+        (unsigned long long)h->head);
+  CHECK(h->head - bytes <= v.chunks * 80 + (BT + 1) * 4096ull, "%llu bytes of records in %llu bytes reserved, %llu chunks",
+        (unsigned long long)bytes, (unsigned long long)h->head, (unsigned long long)v.chunks);
   for (int t = 0; t < BT; t++)
     for (int s = 0; s < BN; s++) CHECK(seen[t][s / 64] >> (s % 64) & 1, "thread %d seq %d missing", t, s);
   buf_close(&v);
-  sprintf(note, "%llu records from %d threads, %llu bytes", (unsigned long long)count, BT + 1, (unsigned long long)bytes);
+  sprintf(note, "%llu records from %d threads, %llu bytes in %llu chunks and %llu records of their own", (unsigned long long)count,
+          BT + 1, (unsigned long long)bytes, (unsigned long long)v.chunks, (unsigned long long)bigs_own);
 }
 
 /* A full buffer counts drops, in a fork child with a small buffer. */
@@ -675,9 +733,11 @@ static void test_buffer_full(char *note) {
     for (int i = 0; i < 1000; i++) bkf_store(0x99, 1, 1, &v);
     struct bufview b;
     if (!buf_open(&b, getpid())) _exit(10);
-    uint64_t cap = 8192 - BKF_BUF_HEADER_SIZE, fit = cap / 40;
+    /* two chunks, the second cut short by the end of the area; then the
+     * stores count drops without reserving more */
+    uint64_t cap = 8192 - BKF_BUF_HEADER_SIZE, fit = (4096 - 8) / 40 + (cap - 4096 - 8) / 40;
     if (b.h->capacity != cap) _exit(11);
-    if (b.h->head != 1000 * 40) _exit(12);
+    if (b.h->head != 2 * 4096) _exit(12);
     if (b.h->dropped != 1000 - fit) _exit(13);
     uint64_t off = 0, n = 0;
     struct rec r;
@@ -685,7 +745,7 @@ static void test_buffer_full(char *note) {
       if (r.pc != 0x99 || r.vals[0] != 7 || r.flags != BKF_REC_DONE) _exit(14);
       n++;
     }
-    if (n != fit || off != fit * 40) _exit(15);
+    if (n != fit || b.chunks != 2 || b.reserved != 4096 + cap - 4096) _exit(15);
     buf_close(&b);
     char path[600];
     buf_path(path, sizeof path, getpid());
@@ -693,7 +753,7 @@ static void test_buffer_full(char *note) {
     _exit(0);
   }
   wait_check(p, "child with an 8 KiB buffer");
-  sprintf(note, "8 KiB: %d records kept, the rest counted as dropped", (8192 - BKF_BUF_HEADER_SIZE) / 40);
+  sprintf(note, "8 KiB: %d records kept in 2 chunks, the rest counted as dropped", (4096 - 8) / 40 + (8192 - BKF_BUF_HEADER_SIZE - 4096 - 8) / 40);
 }
 
 /* Threads whose first stores meet while the buffer is being created: each
@@ -966,7 +1026,7 @@ static void test_fork(char *note) {
     for (int i = 0; i < 100; i++) bkf_store(0xc41d, 2, 1, &s);
     struct bufview c;
     if (!buf_open(&c, getpid())) _exit(32);
-    if (c.h->pid != (uint32_t)getpid() || c.h->head != 100 * 40) _exit(33);
+    if (c.h->pid != (uint32_t)getpid() || c.h->head != 4096) _exit(33); /* one chunk of its own */
     uint64_t off = 0;
     struct rec r;
     int n = 0;
@@ -978,7 +1038,12 @@ static void test_fork(char *note) {
     _exit(0);
   }
   wait_check(p, "fork child");
-  CHECK(b.h->head == head, "the child wrote into the parent's buffer");
+  CHECK(b.h->head == head, "the child reserved in the parent's buffer");
+  uint64_t off = 0, n = 0;
+  struct rec r;
+  buf_refresh(&b);
+  while (buf_next(&b, &off, &r)) n += r.pc == 0xc41d;
+  CHECK(n == 0, "the child wrote %llu records into the parent's chunk", (unsigned long long)n);
   CHECK(get_flowid(t, &objs[0]) == 100 && get_flowid(t, &objs[1]) == 0, "the child's changes leaked into the parent");
   char path[600];
   buf_path(path, sizeof path, p);
@@ -1074,7 +1139,6 @@ static void test_signal(char *note) {
   bkf_store(0, 0, 0, 0); /* the buffer exists */
   struct bufview b;
   CHECK(buf_open(&b, getpid()), "buffer");
-  uint64_t start = b.h->head;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -1096,15 +1160,16 @@ static void test_signal(char *note) {
   pthread_join(th, 0);
   signal(SIGUSR1, SIG_IGN);
   buf_refresh(&b);
-  uint64_t o = start, handler = 0, main_ = 0;
+  uint64_t o = 0, handler = 0, main_ = 0, own = 0;
   struct rec r;
   while (buf_next(&b, &o, &r)) {
     CHECK(r.flags == BKF_REC_DONE, "incomplete record");
     if (r.pc == 0x5160) {
       CHECK(r.vals[0] == 0x5167 && r.vals[1] == 9, "handler record");
       handler++;
+      own += r.chunk == ~0ull; /* it interrupted a store: a reservation of its own */
     } else if (r.pc == 0x3a1) {
-      CHECK(r.vals[0] == 0x3a1, "main record");
+      CHECK(r.vals[0] == 0x3a1 && r.chunk != ~0ull, "main record");
       main_++;
     }
   }
@@ -1113,7 +1178,8 @@ static void test_signal(char *note) {
   CHECK(handler >= 50, "only %llu signals arrived", (unsigned long long)handler);
   CHECK(b.h->dropped == 0, "dropped");
   buf_close(&b);
-  sprintf(note, "%llu stores from a signal handler among %llu", (unsigned long long)handler, (unsigned long long)stores);
+  sprintf(note, "%llu stores from a signal handler among %llu (%llu interrupted a store: their own reservations)", (unsigned long long)handler,
+          (unsigned long long)stores, (unsigned long long)own);
 }
 
 /* ------------------------------------------------------------------ */

@@ -10,13 +10,16 @@ use std::path::{Path, PathBuf};
 pub const BUF_MAGIC: u32 = 0x4655_4246;
 /// BKF_BUF_VERSION of bunkai_flow.h (the buffer's own; the join-point table
 /// has BKF_VERSION).
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 pub const HEADER: usize = 384;
 /// BKF_CLOCK_NS, BKF_CLOCK_TSC: what a record's time holds.
 pub const CLOCK_NS: u32 = 0;
 pub const CLOCK_TSC: u32 = 1;
 pub const REC_HEADER: usize = 32;
 pub const REC_DONE: u16 = 1;
+/// A writer's chunk: records follow its 8-byte head, up to its size or a
+/// zero word.
+pub const REC_CHUNK: u16 = 2;
 /// The runtime cuts a record's values at this many.
 pub const MAX_VALS: usize = 1024;
 /// Where buffers are unless BUNKAI_FLOW_DIR says otherwise.
@@ -109,38 +112,71 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
         records: Vec::new(),
         incomplete: 0,
     };
+    // The area holds reservations back to back: records, and writers'
+    // chunks of records. A zero word is space not written yet: it ends the
+    // walk (at the top) or the chunk.
     let mut off = 0usize;
     while off + 8 <= limit {
         let at = HEADER + off;
         let size = u32_at(d, at) as usize;
         if size == 0 {
-            break; // not written yet
+            break;
         }
-        let nvals = u16_at(d, at + 4) as usize;
-        let flags = u16_at(d, at + 6);
-        if size < REC_HEADER || size % 8 != 0 || off + size > limit {
-            return Err(format!("offset {at:#x}: record size {size} (damaged buffer)"));
+        if u16_at(d, at + 6) & REC_CHUNK != 0 {
+            if u16_at(d, at + 6) != REC_CHUNK || u16_at(d, at + 4) != 0 || size < 8 || size % 8 != 0 || off + size > limit {
+                return Err(format!("offset {at:#x}: chunk of {size} bytes (damaged buffer)"));
+            }
+            let end = off + size;
+            let mut o = off + 8;
+            while o + 8 <= end {
+                match record(d, o, end, &time, &mut b)? {
+                    0 => break,
+                    n => o += n,
+                }
+            }
+            off = end;
+        } else {
+            off += record(d, off, limit, &time, &mut b)?;
         }
-        if flags & REC_DONE == 0 {
-            b.incomplete += 1;
-            off += size;
-            continue;
-        }
-        if nvals > MAX_VALS || REC_HEADER + 8 * nvals != size {
-            return Err(format!("offset {:#x}: {nvals} values in a {size}-byte record (damaged buffer)", at + 4));
-        }
-        let jp = u32_at(d, at + 28);
-        b.records.push(Record {
-            ns: time.ns(u64_at(d, at + 8)),
-            pc: u64_at(d, at + 16),
-            tid: u32_at(d, at + 24),
-            jp: (jp != u32::MAX).then_some(jp),
-            vals: (0..nvals).map(|k| u64_at(d, at + REC_HEADER + 8 * k)).collect(),
-            offset: at,
-        });
-        off += size;
     }
+    // A thread's records are in order in its chunks; across threads, by time.
+    b.records.sort_by_key(|r| (r.ns, r.offset));
     Ok(b)
+}
+
+/// The record at `off` of the area, which must end by `limit`: its size
+/// (0: not written yet), pushed to `b` when complete.
+fn record(d: &[u8], off: usize, limit: usize, time: &Clock, b: &mut Buffer) -> std::result::Result<usize, String> {
+    let at = HEADER + off;
+    let size = u32_at(d, at) as usize;
+    if size == 0 {
+        return Ok(0);
+    }
+    let nvals = u16_at(d, at + 4) as usize;
+    let flags = u16_at(d, at + 6);
+    if size < REC_HEADER || size % 8 != 0 || off + size > limit {
+        return Err(format!("offset {at:#x}: record size {size} (damaged buffer)"));
+    }
+    if flags & !REC_DONE != 0 {
+        return Err(format!("offset {:#x}: record flags {flags:#x} (damaged buffer)", at + 6));
+    }
+    if flags == 0 {
+        b.incomplete += 1;
+        return Ok(size);
+    }
+    if nvals > MAX_VALS || REC_HEADER + 8 * nvals != size {
+        return Err(format!("offset {:#x}: {nvals} values in a {size}-byte record (damaged buffer)", at + 4));
+    }
+    let jp = u32_at(d, at + 28);
+    b.records.push(Record {
+        ns: time.ns(u64_at(d, at + 8)),
+        pc: u64_at(d, at + 16),
+        tid: u32_at(d, at + 24),
+        jp: (jp != u32::MAX).then_some(jp),
+        vals: (0..nvals).map(|k| u64_at(d, at + REC_HEADER + 8 * k)).collect(),
+        offset: at,
+    });
+    Ok(size)
 }
 
 /// How a record's time becomes CLOCK_REALTIME ns (bunkai_flow.h §3).
@@ -247,22 +283,44 @@ pub mod tests {
         d[128..128 + host.len()].copy_from_slice(host.as_bytes());
         d[192..192 + exe.len()].copy_from_slice(exe.as_bytes());
         let mut off = 0usize;
-        for (ns, pc, tid, jp, vals) in recs {
-            let at = HEADER + off;
-            let size = 32 + 8 * vals.len();
-            d[at..at + 4].copy_from_slice(&(size as u32).to_le_bytes());
-            d[at + 4..at + 6].copy_from_slice(&(vals.len() as u16).to_le_bytes());
-            d[at + 6..at + 8].copy_from_slice(&REC_DONE.to_le_bytes());
-            d[at + 8..at + 16].copy_from_slice(&ns.to_le_bytes());
-            d[at + 16..at + 24].copy_from_slice(&pc.to_le_bytes());
-            d[at + 24..at + 28].copy_from_slice(&tid.to_le_bytes());
-            d[at + 28..at + 32].copy_from_slice(&jp.to_le_bytes());
-            for (k, v) in vals.iter().enumerate() {
-                d[at + 32 + 8 * k..at + 40 + 8 * k].copy_from_slice(&v.to_le_bytes());
-            }
-            off += size;
+        for r in recs {
+            off += put_record(&mut d, HEADER + off, r);
         }
         d[24..32].copy_from_slice(&(off as u64).to_le_bytes());
+        d
+    }
+
+    /// Puts one record at byte `at` of the file; its size.
+    fn put_record(d: &mut [u8], at: usize, (ns, pc, tid, jp, vals): &(u64, u64, u32, u32, Vec<u64>)) -> usize {
+        let size = 32 + 8 * vals.len();
+        d[at..at + 4].copy_from_slice(&(size as u32).to_le_bytes());
+        d[at + 4..at + 6].copy_from_slice(&(vals.len() as u16).to_le_bytes());
+        d[at + 6..at + 8].copy_from_slice(&REC_DONE.to_le_bytes());
+        d[at + 8..at + 16].copy_from_slice(&ns.to_le_bytes());
+        d[at + 16..at + 24].copy_from_slice(&pc.to_le_bytes());
+        d[at + 24..at + 28].copy_from_slice(&tid.to_le_bytes());
+        d[at + 28..at + 32].copy_from_slice(&jp.to_le_bytes());
+        for (k, v) in vals.iter().enumerate() {
+            d[at + 32 + 8 * k..at + 40 + 8 * k].copy_from_slice(&v.to_le_bytes());
+        }
+        size
+    }
+
+    /// A buffer whose writers kept chunks of `chunk` bytes: each element of
+    /// `chunks` is one chunk's records (a chunk's unused tail stays zero).
+    pub fn make_chunked(chunk: usize, chunks: &[Vec<(u64, u64, u32, u32, Vec<u64>)>]) -> Vec<u8> {
+        let mut d = make(1, "h", "e", chunk * chunks.len(), &[]);
+        for (i, recs) in chunks.iter().enumerate() {
+            let at = HEADER + i * chunk;
+            d[at..at + 4].copy_from_slice(&(chunk as u32).to_le_bytes());
+            d[at + 6..at + 8].copy_from_slice(&REC_CHUNK.to_le_bytes());
+            let mut o = at + 8;
+            for r in recs {
+                o += put_record(&mut d, o, r);
+            }
+            assert!(o <= at + chunk);
+        }
+        d[24..32].copy_from_slice(&((chunk * chunks.len()) as u64).to_le_bytes());
         d
     }
 
@@ -298,7 +356,7 @@ pub mod tests {
         assert!(parse(&other).unwrap_err().contains("not a bunkai flow buffer"));
         let mut v2 = good.clone();
         v2[4] = 2;
-        assert!(parse(&v2).unwrap_err().contains("buffer version 2, this bunkai reads 3"));
+        assert!(parse(&v2).unwrap_err().contains("buffer version 2, this bunkai reads 4"));
         let mut clock = good.clone();
         clock[56] = 7;
         assert!(parse(&clock).unwrap_err().contains("offset 56: clock 7"));
@@ -326,7 +384,8 @@ pub mod tests {
         for (seq, want) in [(2u32, 5_001_000_000u64), (3, 5_001_000_000), (4, 5_002_000_000), (5, 5_002_000_000)] {
             d[60..64].copy_from_slice(&seq.to_le_bytes());
             let b = parse(&d).unwrap();
-            assert_eq!((b.records[0].ns, b.records[1].ns), (want, 5_000_000_000), "seq {seq}");
+            let ns = |pc| b.records.iter().find(|r| r.pc == pc).unwrap().ns;
+            assert_eq!((ns(2), ns(6)), (want, 5_000_000_000), "seq {seq}");
         }
         put(&mut d, 120, 600_000); // the monotonic clock went back: damaged
         d[60..64].copy_from_slice(&2u32.to_le_bytes());
@@ -342,13 +401,50 @@ pub mod tests {
         assert_eq!((b.records.len(), b.dropped), (1, 7));
     }
 
+    /// Two threads' chunks and a record of its own between them: every
+    /// complete record once, in time order; a chunk's zero tail ends it;
+    /// damaged chunks are named.
+    #[test]
+    fn chunks_are_read_and_records_come_out_by_time() {
+        let a = vec![(10, 1, 7, 0, vec![1]), (30, 2, 7, 0, vec![]), (50, 3, 7, 0, vec![2, 3])];
+        let b = vec![(20, 4, 8, 0, vec![]), (40, 5, 8, 0, vec![4])];
+        let mut d = make_chunked(256, &[a, b.clone(), b]);
+        // the third chunk is a record of its own instead (a signal handler's)
+        let third = HEADER + 512;
+        d[third..third + 256].fill(0);
+        put_record(&mut d, third, &(25, 6, 7, 0, vec![9]));
+        d[third + 40 + 6] = 0; // and a record after it that was never finished
+        let buf = parse(&d).unwrap();
+        let order: Vec<u64> = buf.records.iter().map(|r| r.pc).collect();
+        assert_eq!(order, vec![1, 4, 6, 2, 5, 3]);
+        assert_eq!(buf.incomplete, 0); // size 0 there: not even begun
+        assert_eq!(buf.records[2].offset, third);
+
+        let mut inner = d.clone();
+        inner[HEADER + 8 + 40 + 6] = 0; // the second record of the first chunk, unfinished
+        let r = parse(&inner).unwrap();
+        assert_eq!((r.records.len(), r.incomplete), (5, 1));
+
+        let mut big = d.clone();
+        big[HEADER + 1] = 0x10; // a chunk of 4096 bytes in a 768-byte area
+        assert!(parse(&big).unwrap_err().contains(&format!("offset {HEADER:#x}: chunk of 4096 bytes")));
+        let mut nested = d.clone();
+        nested[HEADER + 8 + 6] = (REC_CHUNK | REC_DONE) as u8; // a chunk inside a chunk
+        assert!(parse(&nested).unwrap_err().contains("record flags 0x3"));
+        let mut over = d;
+        over[HEADER + 8] = 0; // a record running out of its chunk
+        over[HEADER + 9] = 1;
+        assert!(parse(&over).unwrap_err().contains("record size 256"));
+    }
+
     /// Mutated buffers never panic the reader.
     #[test]
     fn fuzzed_buffers_fail_cleanly() {
-        let base = make(9, "host", "/exe", 2048, &[(1, 2, 3, 4, vec![5, 6]), (7, 8, 9, 10, vec![]), (11, 12, 13, 14, vec![15])]);
+        let plain = make(9, "host", "/exe", 2048, &[(1, 2, 3, 4, vec![5, 6]), (7, 8, 9, 10, vec![]), (11, 12, 13, 14, vec![15])]);
+        let chunked = make_chunked(96, &[vec![(1, 2, 3, 4, vec![5, 6])], vec![(7, 8, 9, 10, vec![])]]);
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..20_000 {
-            let mut d = base.clone();
+        for i in 0..40_000 {
+            let mut d = if i % 2 == 0 { plain.clone() } else { chunked.clone() };
             for _ in 0..(seed % 4 + 1) {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;

@@ -828,12 +828,12 @@ fn dump_and_report_follow_flows_across_processes() {
 
     // bad input: one line each
     let mut data = std::fs::read(&b[front]["file"].as_str().map(PathBuf::from).unwrap()).unwrap();
-    data[384] = 12; // the first record's size
+    data[384 + 8] = 12; // the first record's size (after the writer's chunk head)
     let bad = d.path().join("bad.buf");
     std::fs::write(&bad, &data).unwrap();
     let (_, err) = bunkai_fails(&["flow", "dump", bad.to_str().unwrap()]);
     one_line(&err);
-    assert!(err.contains("offset 0x180: record size 12"), "{err}");
+    assert!(err.contains("offset 0x188: record size 12"), "{err}");
     let (_, err) = bunkai_fails(&["flow", "report", exe.to_str().unwrap()]);
     one_line(&err);
     assert!(err.contains("not a bunkai flow buffer"), "{err}");
