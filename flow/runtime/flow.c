@@ -1248,9 +1248,9 @@ extern char __bunkai_flow_tramp[]; /* below, in asm */
 #define GUARD_CODES 4096         /* distinct guards per process, at most */
 #define GUARD_MAX_BYTES 288      /* one guard's code and data, at most */
 
-/* One cache line each, what the dispatch reads first: a followed pass
- * costs the return map's line and this one (at 56 bytes, a quarter of the
- * slots had h..jp across two lines). */
+/* One cache line each, what the dispatch reads first for a call from a
+ * stub (at 56 bytes, a quarter of the slots had h..jp across two lines);
+ * a call from a guard reads the copy in the return map's entry. */
 struct wslot {
   bkf_handler h;                 /* seq_cst */
   void *arg;
@@ -1323,18 +1323,34 @@ static uint64_t *thread_count(void) {
 }
 
 /* The slot of a woven sled, for a guard's call (whose return address is
- * all the trampoline has), without the lock: the return map. Each entry is
- * one word, (sled >> 1) << 17 | (slot + 1), so a probe is one load (the
- * index's entry and then its slot's sled were two cache misses a followed
- * pass in Apache, 70% of the dispatch); and the map is sized to the slots
- * in use (at least twice as many entries), so its lines are few and stay
- * cached. It only gains entries (one aligned store each) or is replaced by
- * a bigger copy, published with release once complete; replaced maps are
- * kept for readers still probing them. */
+ * all the trampoline has), without the lock: the return map. Each entry
+ * holds the key (sled >> 1) << 17 | (slot + 1) and a copy of what the
+ * dispatch needs from the slot (handler, argument, join point, mode), 32
+ * bytes, two to a cache line: a followed pass costs one line of the map
+ * and no line of W.slots (the index's entry and then its slot's sled were
+ * two cache misses a followed pass in Apache, 70% of the dispatch; the
+ * map's entry and then the slot, two misses, 58% of it). The map is sized
+ * to the slots in use (at least twice as many entries), so its lines are
+ * few and stay cached. It only gains entries (key last, release) or is
+ * replaced by a bigger copy made from the slots, published with release
+ * once complete; replaced maps are kept (`older`) for readers still
+ * probing them, and weave and unweave, under W.lock, change an entry's
+ * copy in every map (arg, jp, mode, then the handler, seq_cst), so a
+ * reader of any map sees the handler unweave cleared. */
+struct rent {
+  uint64_t key;                  /* 0: free */
+  bkf_handler h;                 /* seq_cst, as the slot's */
+  void *arg;
+  uint32_t jp;
+  uint32_t mode;                 /* BKF_WEAVE_NO_VECTOR, as __bunkai_flow_modes */
+};
 struct rmap {
   uint64_t mask;
-  uint64_t e[];
+  struct rmap *older;            /* the map this one replaced */
+  uint64_t pad[2];               /* entries on 32-byte boundaries */
+  struct rent e[];
 };
+_Static_assert(sizeof(struct rent) == 32 && sizeof(struct rmap) == 32, "two entries a line");
 static struct rmap *rmap;
 
 /* A sled the map can hold: its key keeps bits 1..47 (user space below 2^47,
@@ -1343,20 +1359,41 @@ static int rmap_fits(uint64_t sled) { return sled < (1ull << 47); }
 
 static uint64_t rmap_hash(uint64_t sled) { return (sled >> 1) * 0x9E3779B97F4A7C15ull >> 32; }
 
+/* The entry of sled in map t, or 0 (lock-free). */
+static inline struct rent *rent_find(struct rmap *t, uint64_t sled) {
+  for (uint64_t n = 0, i = rmap_hash(sled) & t->mask; n <= t->mask; n++, i = (i + 1) & t->mask) {
+    uint64_t k = __atomic_load_n(&t->e[i].key, __ATOMIC_ACQUIRE);
+    if (!k) return 0;
+    if (k >> 17 == sled >> 1) return &t->e[i];
+  }
+  return 0;
+}
+
+/* Under W.lock: entry e takes slot's handler, argument, join point and
+ * mode (the handler last). */
+static void rent_copy(struct rent *e, uint32_t slot) {
+  e->arg = W.slots[slot].arg;
+  e->jp = W.slots[slot].jp;
+  __atomic_store_n(&e->mode, (uint32_t)__atomic_load_n(&__bunkai_flow_modes[slot], __ATOMIC_RELAXED), __ATOMIC_SEQ_CST);
+  __atomic_store_n(&e->h, __atomic_load_n(&W.slots[slot].h, __ATOMIC_RELAXED), __ATOMIC_SEQ_CST);
+}
+
 static void rmap_put(struct rmap *t, uint64_t sled, uint32_t slot) {
   uint64_t i = rmap_hash(sled) & t->mask;
-  while (t->e[i]) i = (i + 1) & t->mask;
-  __atomic_store_n(&t->e[i], (sled >> 1) << 17 | (slot + 1), __ATOMIC_RELEASE);
+  while (t->e[i].key) i = (i + 1) & t->mask;
+  rent_copy(&t->e[i], slot);
+  __atomic_store_n(&t->e[i].key, (sled >> 1) << 17 | (slot + 1), __ATOMIC_RELEASE);
 }
 
 /* Under W.lock: slot n of sled goes into the map, grown first if needed. */
 static int rmap_add(uint64_t sled, uint32_t n) {
   struct rmap *t = rmap;
   if (!t || 2 * (uint64_t)(n + 1) > t->mask + 1) {
-    uint64_t cap = t ? 2 * (t->mask + 1) : 4096;
-    struct rmap *b = map_anon(sizeof *b + cap * 8, MAP_PRIVATE);
+    uint64_t cap = t ? 2 * (t->mask + 1) : 1024;
+    struct rmap *b = map_anon(sizeof *b + cap * sizeof(struct rent), MAP_PRIVATE);
     if (!b) return 0;
     b->mask = cap - 1;
+    b->older = t;
     for (uint32_t k = 0; k < n; k++)
       if (rmap_fits(W.slots[k].sled)) rmap_put(b, W.slots[k].sled, k);
     __atomic_store_n(&rmap, b, __ATOMIC_RELEASE);
@@ -1366,24 +1403,26 @@ static int rmap_add(uint64_t sled, uint32_t n) {
   return 1;
 }
 
-static int64_t slot_find(uint64_t sled) {
-  struct rmap *t = __atomic_load_n(&rmap, __ATOMIC_ACQUIRE);
-  if (!t) return -1;
-  for (uint64_t n = 0, i = rmap_hash(sled) & t->mask; n <= t->mask; n++, i = (i + 1) & t->mask) {
-    uint64_t e = __atomic_load_n(&t->e[i], __ATOMIC_ACQUIRE);
-    if (!e) return -1;
-    if (e >> 17 == sled >> 1) return (int64_t)(e & 0x1ffff) - 1;
+/* Under W.lock, after the slot changed: its entry in every map. */
+static void rmap_update(uint32_t slot) {
+  uint64_t sled = W.slots[slot].sled;
+  if (!rmap_fits(sled)) return;
+  for (struct rmap *t = rmap; t; t = t->older) {
+    struct rent *e = rent_find(t, sled);
+    if (e) rent_copy(e, slot);
   }
-  return -1;
 }
 
 HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {
+  struct rent *e = 0;
+  struct wslot *s = 0;
   if ((int64_t)f->slot < 0) { /* from a guard: the sled is the one that called it */
-    int64_t found = slot_find(f->ret - 7);
-    if (found < 0) return;
-    f->slot = (uint64_t)found;
+    struct rmap *t = __atomic_load_n(&rmap, __ATOMIC_ACQUIRE);
+    if (!t || !(e = rent_find(t, f->ret - 7))) return;
+    f->slot = (e->key & 0x1ffff) - 1;
+  } else {
+    s = &W.slots[f->slot];
   }
-  struct wslot *s = &W.slots[f->slot];
   uint64_t *mine = thread_count();
   /* plain load and store: only this thread writes it (a signal handler
    * that nests here leaves it as it found it) */
@@ -1393,7 +1432,7 @@ HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {
    * acquire load alone would let the compiler sink a relaxed store below
    * it); the CPU's order is unweave's membarrier's business */
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  bkf_handler h = __atomic_load_n(&s->h, __ATOMIC_SEQ_CST);
+  bkf_handler h = __atomic_load_n(e ? &e->h : &s->h, __ATOMIC_SEQ_CST);
   /* Without an XSAVE area, run only a handler woven vector-free. The
    * trampoline read the mode before this thread counted as in flight, so an
    * unweave and a new weave of this sled may have happened since; weave
@@ -1401,9 +1440,12 @@ HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {
    * new handler's mode. (That one call is skipped then: a weave race.) A
    * vector-free handler always gets no area, as bunkai_flow.h says. */
   if (h) {
-    int novec = __atomic_load_n(&__bunkai_flow_modes[f->slot], __ATOMIC_SEQ_CST) & BKF_WEAVE_NO_VECTOR;
-    if (novec) h(f, 0, s->jp, s->arg);
-    else if (xsave) h(f, xsave, s->jp, s->arg);
+    int novec = (e ? (int)__atomic_load_n(&e->mode, __ATOMIC_SEQ_CST)
+                   : __atomic_load_n(&__bunkai_flow_modes[f->slot], __ATOMIC_SEQ_CST)) & BKF_WEAVE_NO_VECTOR;
+    uint32_t jp = e ? e->jp : s->jp;
+    void *arg = e ? e->arg : s->arg;
+    if (novec) h(f, 0, jp, arg);
+    else if (xsave) h(f, xsave, jp, arg);
   }
   /* release: the handler's accesses come before (x86 keeps them in order) */
   if (mine) __atomic_store_n(mine, __atomic_load_n(mine, __ATOMIC_RELAXED) - 1, __ATOMIC_RELEASE);
@@ -1879,6 +1921,7 @@ API int bkf_weave_guarded(int n, const uint64_t *sleds, const uint32_t *jps, bkf
     W.slots[slot].arg = arg;
     __atomic_store_n(&__bunkai_flow_modes[slot], (uint8_t)(flags & BKF_WEAVE_NO_VECTOR), __ATOMIC_SEQ_CST);
     __atomic_store_n(&W.slots[slot].h, h, __ATOMIC_SEQ_CST);
+    rmap_update(slot);
     W.slots[slot].call = call_target(guards ? &guards[i] : 0, flags & BKF_WEAVE_NO_VECTOR, sleds[i], slot);
   }
   /* (1) the jump form over the nop; (2) sync; (3) bytes 2..10; (4) sync;
@@ -1934,7 +1977,10 @@ API int bkf_unweave(int n, const uint64_t *sleds) {
   text_writable(lo, hi, 0);
   for (int i = 0; i < n; i++) {
     uint32_t *ix = index_of(sleds[i]);
-    if (*ix) __atomic_store_n(&W.slots[*ix - 1].h, (bkf_handler)0, __ATOMIC_SEQ_CST);
+    if (*ix) {
+      __atomic_store_n(&W.slots[*ix - 1].h, (bkf_handler)0, __ATOMIC_SEQ_CST);
+      rmap_update(*ix - 1);
+    }
   }
   /* no thread may still be inside a handler when this returns: a fence in
    * every running thread, then every count (see the comment above) */

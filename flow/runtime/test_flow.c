@@ -1445,6 +1445,79 @@ static void test_weave_guard(char *note) {
   snprintf(note, 256, "%s; rel32 across a line: %s", a, b);
 }
 
+/* Many guarded sleds: MANY functions of one sled and a `ret` each, 12
+ * bytes apart (even addresses), the key in %rdi. Weaving them grows the
+ * return map twice (1,024 entries at first, twice the slots in use at
+ * least), whose entries carry the handler, argument, join point and mode
+ * that a call from a guard runs: after the growth, after unweave (also
+ * for a call made late, see many_run), and after weaving them again with another handler, argument, join points
+ * and mode, every sled must reach what it was woven with, or nothing. */
+enum { MANY = 1200 };
+extern char many_sleds[];
+__asm__(".text\n"
+        ".p2align 4\n"
+        "many_sleds:\n"
+        ".rept 1200\n"
+        "  .byte 0x66, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00\n"
+        "  ret\n"
+        ".endr\n");
+static uint32_t many_jp[MANY];
+static uint64_t many_calls, many_wrong;
+static void many_a(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
+  uint64_t i = (f->ret - 7 - (uint64_t)(uintptr_t)many_sleds) / 12;
+  if (i >= MANY || arg != (void *)0xa || jp != 1000 + i || !xsave) many_wrong++;
+  else many_jp[i] = jp;
+  many_calls++;
+}
+static void many_b(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
+  uint64_t i = (f->ret - 7 - (uint64_t)(uintptr_t)many_sleds) / 12;
+  if (i >= MANY || arg != (void *)0xb || jp != 5000 + i || xsave) many_wrong++;
+  else many_jp[i] = jp;
+  many_calls++;
+}
+/* from the sleds' first byte; with late = 2, from the call in bytes 2..10
+ * (which unweave leaves in place): as a thread that had passed the `66 90`
+ * when unweave ran and makes its call only now */
+static void many_run(uint64_t key, int late) {
+  for (int i = 0; i < MANY; i++) ((void (*)(uint64_t))(uintptr_t)(many_sleds + 12 * i + late))(key);
+}
+
+static void test_weave_many(char *note) {
+  struct bkf_table *t = bkf_table("many");
+  static int key;
+  register_flowid(t, &key, 42);
+  static uint64_t sleds[MANY];
+  static uint32_t jps[MANY];
+  struct bkf_guard g = {.n = 1, .kind = {BKF_GUARD_KEY}, .reg = {7}, .table = {t}};
+  static struct bkf_guard gs[MANY];
+  for (int i = 0; i < MANY; i++) sleds[i] = (uint64_t)(uintptr_t)(many_sleds + 12 * i), jps[i] = 1000 + (uint32_t)i, gs[i] = g;
+  CHECK(bkf_weave_guarded(MANY, sleds, jps, many_a, (void *)0xa, 0, gs) == 0, "weave %d sleds", MANY);
+  int guarded = __bunkai_flow_guarded(sleds[MANY - 1]);
+  memset(many_jp, 0, sizeof many_jp);
+  many_calls = many_wrong = 0;
+  many_run((uint64_t)(uintptr_t)&key, 0);
+  CHECK(many_calls == MANY && !many_wrong, "woven: %llu calls, %llu wrong", (unsigned long long)many_calls, (unsigned long long)many_wrong);
+  for (int i = 0; i < MANY; i++) CHECK(many_jp[i] == 1000 + (uint32_t)i, "sled %d: join point %u", i, many_jp[i]);
+  CHECK(bkf_unweave(MANY, sleds) == 0, "unweave");
+  many_run((uint64_t)(uintptr_t)&key, 0);
+  many_run((uint64_t)(uintptr_t)&key, 2);
+  CHECK(many_calls == MANY, "%llu calls after unweave", (unsigned long long)(many_calls - MANY));
+  for (int i = 0; i < MANY; i++) jps[i] = 5000 + (uint32_t)i;
+  CHECK(bkf_weave_guarded(MANY, sleds, jps, many_b, (void *)0xb, BKF_WEAVE_NO_VECTOR, gs) == 0, "weave again");
+  many_calls = 0;
+  many_run((uint64_t)(uintptr_t)&key, 0);
+  CHECK(many_calls == MANY && !many_wrong, "woven again: %llu calls, %llu wrong", (unsigned long long)many_calls,
+        (unsigned long long)many_wrong);
+  for (int i = 0; i < MANY; i++) CHECK(many_jp[i] == 5000 + (uint32_t)i, "sled %d: join point %u", i, many_jp[i]);
+  CHECK(bkf_unweave(MANY, sleds) == 0, "unweave");
+  many_run((uint64_t)(uintptr_t)&key, 0);
+  many_run((uint64_t)(uintptr_t)&key, 2);
+  CHECK(many_calls == MANY, "%llu calls after the second unweave", (unsigned long long)(many_calls - MANY));
+  remove_flowid(t, &key);
+  sprintf(note, "%d sleds %s, woven, unwoven, woven again with another handler and mode: each ran what it was woven with", MANY,
+          guarded > 0 ? "guarded" : "unguarded (no BMI2)");
+}
+
 static const struct {
   const char *name;
   void (*fn)(char *note);
@@ -1468,6 +1541,7 @@ static const struct {
     {"signal", test_signal},
     {"weave_flags", test_weave_flags},
     {"weave_guard", test_weave_guard},
+    {"weave_many", test_weave_many},
 };
 enum { NTESTS = sizeof tests / sizeof tests[0] };
 

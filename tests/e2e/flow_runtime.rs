@@ -28,6 +28,7 @@ const TESTS: &[&str] = &[
     "signal",
     "weave_flags",
     "weave_guard",
+    "weave_many",
 ];
 
 fn built(rel: &str) -> PathBuf {
