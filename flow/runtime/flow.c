@@ -946,24 +946,26 @@ static COLD void populate_steps(struct bkf_buf_header *h, uint64_t k, uint64_t n
  * stores: the locked add on a line every writer shares was half of a
  * record's cost in a tight loop, and more where threads on other CPUs
  * record too (the line moves at every record). A thread finds its state
- * by its thread pointer (%fs:0; no TLS here), in a table of one cache
- * line per thread, written by that thread only, in a private mapping that
- * a fork child sees as zeros (MADV_WIPEONFORK; without it, or with no
+ * by its thread pointer (%fs:0; no TLS here) and its tid, in a table of
+ * one cache line per thread, written by that thread only, in a private
+ * mapping that a fork child sees as zeros (MADV_WIPEONFORK; without it, or with no
  * thread pointer, or when the table has no room, records reserve their
  * own bytes as before). A thread's records are in order in its chunks;
  * readers sort by time. A record in a signal handler that interrupted its
  * thread's store (busy) reserves its own bytes too, as does a record
  * larger than a quarter chunk that does not fit in the rest of its
- * thread's chunk (which the thread keeps). A chunk's unused tail is zeros, which end a
- * reader's walk of it; a new thread on a dead one's thread pointer goes
- * on in the dead one's chunk. */
+ * thread's chunk (which the thread keeps). A chunk's unused tail is zeros,
+ * which end a reader's walk of it. A new thread on a dead one's thread
+ * pointer takes its entry over and starts a new chunk. (A thread that left
+ * a store by siglongjmp from a signal handler stays busy: its records then
+ * reserve their own bytes.) */
 #define CHUNK ((uint64_t)BKF_CHUNK)
 #define CHUNK_THREADS 4096
 struct bthread {
   uint64_t key;                  /* the thread pointer; 0: free; set once (CAS) */
   uint64_t pos, end;             /* the next record's offset in the area, the chunk's end */
   uint32_t busy;                 /* in bkf_store (the thread's signal handlers see it) */
-  uint32_t pad0;
+  uint32_t tid;                  /* the owner (CAS): with key, who may write pos and end */
   uint64_t pad[4];
 };
 _Static_assert(sizeof(struct bthread) == 64, "one cache line per writer");
@@ -978,21 +980,49 @@ static COLD struct bthread *bthreads_new(void) {
   return t;
 }
 
+/* No entry of (tp, tid) among the probes from i: one whose owner, on the
+ * same thread pointer, has exited (a new thread on a dead one's stack and
+ * TCB), taken over, with its chunk given up; or 0 (the caller's records
+ * then reserve their own bytes). Threads that share a thread pointer and
+ * are all alive (clone without CLONE_SETTLS) never share an entry. */
+static COLD struct bthread *bthread_takeover(struct bthread *t, uint32_t i, uint64_t tp, uint32_t tid) {
+  int pid = getpid_raw();
+  for (uint32_t n = 0; n < 8; n++, i = (i + 1) & (CHUNK_THREADS - 1)) {
+    struct bthread *e = &t[i];
+    uint32_t old = LD(&e->tid);
+    if (LD(&e->key) != tp || old == tid || sc3(SYS_tgkill, pid, old, 0) != -ESRCH) continue;
+    if (!CAS(&e->tid, &old, tid)) continue;
+    /* busy while pos and end change: a signal handler of this thread
+     * that finds the entry now must not see half of them */
+    e->busy = 1;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    e->pos = e->end = 0;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    e->busy = 0;
+    return e;
+  }
+  return 0;
+}
+
 /* The calling thread's entry (claimed on its first record), or 0. */
-static inline struct bthread *bthread_of(struct bthread *t) {
+static inline struct bthread *bthread_of(struct bthread *t, uint32_t tid) {
   uint64_t tp;
   __asm__("mov %%fs:0, %0" : "=r"(tp));
   if (unlikely(!tp)) return 0;
-  uint32_t i = (uint32_t)((tp * GOLDEN) >> 52) & (CHUNK_THREADS - 1);
+  uint32_t i0 = (uint32_t)((tp * GOLDEN) >> 52) & (CHUNK_THREADS - 1), i = i0;
   for (uint32_t n = 0; n < 8; n++, i = (i + 1) & (CHUNK_THREADS - 1)) {
     uint64_t k = LD(&t[i].key);
-    if (likely(k == tp)) return &t[i];
-    if (k == 0) {
-      if (CAS(&t[i].key, &k, tp)) return &t[i];
-      if (k == tp) return &t[i]; /* a signal handler on this thread claimed it meanwhile */
+    if (likely(k == tp) && likely(LD(&t[i].tid) == tid)) return &t[i];
+    if (k == 0 && CAS(&t[i].key, &k, tp)) k = tp;
+    if (k == tp) {
+      /* a free entry (or one a signal handler on this thread, or another
+       * thread on this thread pointer, claimed meanwhile): its key first,
+       * then its owner, who writes its chunk */
+      uint32_t z = 0;
+      if (CAS(&t[i].tid, &z, tid) || z == tid) return &t[i];
     }
   }
-  return 0;
+  return bthread_takeover(t, i0, tp, tid);
 }
 
 static COLD struct bkf_buf_header *buf_create(struct proc *p) {
@@ -1113,23 +1143,24 @@ static COLD struct bkf_buf_header *buf_slow(void) {
 }
 
 /* A record's own reservation, as every record had before chunks; ~0 when
- * it does not fit (counted). */
-static uint64_t reserve_own(struct bkf_buf_header *h, uint64_t size) {
+ * it does not fit (counted). *pop: the step of the area to fault in once
+ * the record is complete (0: none), when the reservation enters a step
+ * (buf_create did the first two). */
+static uint64_t reserve_own(struct bkf_buf_header *h, uint64_t size, uint64_t *pop) {
   uint64_t off = ADD(&h->head, size);
   if (unlikely(off + size > h->capacity)) {
     ADD(&h->dropped, 1);
     return ~0ull;
   }
-  if (unlikely((off ^ (off + size)) >= POP_STEP)) populate_steps(h, (off + size) / POP_STEP + 1, 1);
+  if (unlikely((off ^ (off + size)) >= POP_STEP)) *pop = (off + size) / POP_STEP + 1;
   return off;
 }
 
 /* The thread's chunk cannot take a record of size bytes: the record's
  * offset in a new chunk (the end of the area may make it shorter), or ~0
- * when the area is full (counted). The chunk that enters a step of the area faults in the step
- * after it (buf_create did the first two). */
-static NOINLINE uint64_t chunk_take(struct bkf_buf_header *h, struct bthread *bt, uint64_t size) {
-  if (size > CHUNK / 4) return reserve_own(h, size);
+ * when the area is full (counted). *pop as for reserve_own. */
+static NOINLINE uint64_t chunk_take(struct bkf_buf_header *h, struct bthread *bt, uint64_t size, uint64_t *pop) {
+  if (size > CHUNK / 4) return reserve_own(h, size, pop);
   uint64_t cap = h->capacity, c;
   if (LD(&h->head) >= cap || (c = ADD(&h->head, CHUNK)) >= cap) {
     ADD(&h->dropped, 1);
@@ -1138,7 +1169,7 @@ static NOINLINE uint64_t chunk_take(struct bkf_buf_header *h, struct bthread *bt
   uint64_t len = cap - c < CHUNK ? cap - c : CHUNK;
   ST((uint64_t *)((char *)(h + 1) + c), len | (uint64_t)BKF_REC_CHUNK << 48);
   bt->end = c + len;
-  if (unlikely((c ^ (c + len)) >= POP_STEP)) populate_steps(h, (c + len) / POP_STEP + 1, 1);
+  if (unlikely((c ^ (c + len)) >= POP_STEP)) *pop = (c + len) / POP_STEP + 1;
   if (unlikely(8 + size > len)) {
     bt->pos = c + 8;
     ADD(&h->dropped, 1);
@@ -1157,17 +1188,18 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
   }
   if (unlikely(n < 0 || !vals)) n = 0;
   if (unlikely(n > MAX_VALS)) n = MAX_VALS;
-  uint64_t size = 32 + 8 * (uint64_t)n, off;
+  uint64_t size = 32 + 8 * (uint64_t)n, off, pop = 0;
+  uint32_t tid = likely(p->tid_fast) ? glibc_tid() : (uint32_t)gettid_raw();
   struct bthread *bt = LD(&p->threads);
-  if (likely(bt) && likely((bt = bthread_of(bt)) != 0) && likely(!bt->busy)) {
+  if (likely(bt) && likely((bt = bthread_of(bt, tid)) != 0) && likely(!bt->busy)) {
     bt->busy = 1;
     __atomic_signal_fence(__ATOMIC_SEQ_CST); /* busy before the state it guards, for this thread's handlers */
     off = bt->pos;
     if (likely(off + size <= bt->end)) bt->pos = off + size;
-    else off = chunk_take(h, bt, size);
+    else off = chunk_take(h, bt, size, &pop);
   } else {
     bt = 0;
-    off = reserve_own(h, size);
+    off = reserve_own(h, size, &pop);
   }
   if (unlikely(off == ~0ull)) goto out;
   uint64_t t;
@@ -1181,7 +1213,6 @@ API void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals) {
   ST((uint64_t *)r, size | (uint64_t)n << 32); /* size, nvals, flags 0: a reader can skip it */
   ((uint64_t *)r)[1] = t;
   ((uint64_t *)r)[2] = pc;
-  uint32_t tid = likely(p->tid_fast) ? glibc_tid() : (uint32_t)gettid_raw();
   ((uint64_t *)r)[3] = tid | (uint64_t)jp << 32;
   for (int i = 0; i < n; i++) ((volatile uint64_t *)r)[4 + i] = vals[i];
   ST_REL((uint16_t *)(r + 6), (uint16_t)BKF_REC_DONE);
@@ -1190,6 +1221,9 @@ out:
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     bt->busy = 0;
   }
+  /* pages ahead, once the record is complete (its time stamp is not late
+   * by the 90 us this takes) */
+  if (unlikely(pop)) populate_steps(h, pop, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1411,6 +1445,23 @@ static void rmap_update(uint32_t slot) {
     struct rent *e = rent_find(t, sled);
     if (e) rent_copy(e, slot);
   }
+}
+
+/* For tests: what = 0, the entries of every return map, replaced ones
+ * included, whose copy differs from their slot; 1, the maps. */
+API uint64_t __bunkai_flow_rmap_stat(int what) {
+  lock(&W.lock);
+  uint64_t stale = 0, maps = 0;
+  for (struct rmap *t = rmap; t; t = t->older, maps++)
+    for (uint64_t i = 0; i <= t->mask; i++) {
+      struct rent *e = &t->e[i];
+      if (!e->key) continue;
+      uint32_t slot = (uint32_t)(e->key & 0x1ffff) - 1;
+      struct wslot *s = &W.slots[slot];
+      stale += e->h != s->h || e->arg != s->arg || e->jp != s->jp || e->mode != __bunkai_flow_modes[slot];
+    }
+  unlock(&W.lock);
+  return what == 0 ? stale : maps;
 }
 
 HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {

@@ -40,6 +40,7 @@
 uint64_t __bunkai_flow_table_stat(struct bkf_table *t, int what);
 int __bunkai_flow_ids_mode(void);
 int __bunkai_flow_guarded(uint64_t sled);
+uint64_t __bunkai_flow_rmap_stat(int what);
 enum { ST_LIVE, ST_USED, ST_CAP, ST_REBUILDS, ST_MAPPED, ST_LOCK };
 
 static char dir[512];
@@ -722,6 +723,51 @@ static void test_buffer(char *note) {
   buf_close(&v);
   sprintf(note, "%llu records from %d threads, %llu bytes in %llu chunks and %llu records of their own", (unsigned long long)count,
           BT + 1, (unsigned long long)bytes, (unsigned long long)v.chunks, (unsigned long long)bigs_own);
+}
+
+/* Threads one after the other, each on its predecessor's stack and thread
+ * pointer (glibc reuses them): each takes the dead one's entry over and
+ * starts a chunk of its own, so no chunk holds two threads' records. */
+enum { REUSE_THREADS = 40, REUSE_STORES = 10 };
+static int reuse_tid[REUSE_THREADS];
+static uint64_t reuse_tp[REUSE_THREADS];
+static void *reuse_thread(void *p) {
+  int k = (int)(intptr_t)p;
+  reuse_tid[k] = gettid_();
+  __asm__("mov %%fs:0, %0" : "=r"(reuse_tp[k]));
+  for (uint64_t i = 0; i < REUSE_STORES; i++) {
+    uint64_t v = (uint64_t)k << 32 | i;
+    bkf_store(0x2e05e, 3, 1, &v);
+  }
+  return 0;
+}
+
+static void test_buffer_reuse(char *note) {
+  for (int k = 0; k < REUSE_THREADS; k++) {
+    pthread_t th;
+    pthread_create(&th, 0, reuse_thread, (void *)(intptr_t)k);
+    pthread_join(th, 0);
+  }
+  int same_tp = 0;
+  for (int k = 1; k < REUSE_THREADS; k++) same_tp += reuse_tp[k] == reuse_tp[0];
+  struct bufview v;
+  CHECK(buf_open(&v, getpid()), "no buffer");
+  uint64_t off = 0, n = 0, last_chunk = ~0ull;
+  uint32_t chunk_tid = 0;
+  int seen[REUSE_THREADS] = {0};
+  struct rec r;
+  while (buf_next(&v, &off, &r)) {
+    if (r.chunk != ~0ull && r.chunk != last_chunk) last_chunk = r.chunk, chunk_tid = r.tid;
+    if (r.pc != 0x2e05e) continue;
+    int k = (int)(r.vals[0] >> 32);
+    CHECK(k < REUSE_THREADS && r.tid == (uint32_t)reuse_tid[k] && (r.vals[0] & 0xffffffff) == (uint64_t)seen[k],
+          "record of thread %d out of place", k);
+    CHECK(r.chunk != ~0ull && r.tid == chunk_tid, "thread %d wrote into a chunk of thread %u", k, chunk_tid);
+    seen[k]++, n++;
+  }
+  buf_close(&v);
+  CHECK(n == REUSE_THREADS * REUSE_STORES, "%llu records", (unsigned long long)n);
+  sprintf(note, "%d threads one after another (%d on the first one's thread pointer): a chunk each", REUSE_THREADS, same_tp + 1);
 }
 
 /* A full buffer counts drops, in a fork child with a small buffer. */
@@ -1491,19 +1537,28 @@ static void test_weave_many(char *note) {
   struct bkf_guard g = {.n = 1, .kind = {BKF_GUARD_KEY}, .reg = {7}, .table = {t}};
   static struct bkf_guard gs[MANY];
   for (int i = 0; i < MANY; i++) sleds[i] = (uint64_t)(uintptr_t)(many_sleds + 12 * i), jps[i] = 1000 + (uint32_t)i, gs[i] = g;
+  uint64_t maps0 = __bunkai_flow_rmap_stat(1);
   CHECK(bkf_weave_guarded(MANY, sleds, jps, many_a, (void *)0xa, 0, gs) == 0, "weave %d sleds", MANY);
   int guarded = __bunkai_flow_guarded(sleds[MANY - 1]);
+  /* every map, replaced ones too (a reader may still probe one), holds
+   * what the slots hold */
+  uint64_t maps = __bunkai_flow_rmap_stat(1);
+  CHECK(maps >= maps0 + 2, "the return map did not grow twice (%llu maps, %llu before)", (unsigned long long)maps,
+        (unsigned long long)maps0);
+  CHECK(__bunkai_flow_rmap_stat(0) == 0, "woven: %llu stale entries", (unsigned long long)__bunkai_flow_rmap_stat(0));
   memset(many_jp, 0, sizeof many_jp);
   many_calls = many_wrong = 0;
   many_run((uint64_t)(uintptr_t)&key, 0);
   CHECK(many_calls == MANY && !many_wrong, "woven: %llu calls, %llu wrong", (unsigned long long)many_calls, (unsigned long long)many_wrong);
   for (int i = 0; i < MANY; i++) CHECK(many_jp[i] == 1000 + (uint32_t)i, "sled %d: join point %u", i, many_jp[i]);
   CHECK(bkf_unweave(MANY, sleds) == 0, "unweave");
+  CHECK(__bunkai_flow_rmap_stat(0) == 0, "unwoven: %llu stale entries", (unsigned long long)__bunkai_flow_rmap_stat(0));
   many_run((uint64_t)(uintptr_t)&key, 0);
   many_run((uint64_t)(uintptr_t)&key, 2);
   CHECK(many_calls == MANY, "%llu calls after unweave", (unsigned long long)(many_calls - MANY));
   for (int i = 0; i < MANY; i++) jps[i] = 5000 + (uint32_t)i;
   CHECK(bkf_weave_guarded(MANY, sleds, jps, many_b, (void *)0xb, BKF_WEAVE_NO_VECTOR, gs) == 0, "weave again");
+  CHECK(__bunkai_flow_rmap_stat(0) == 0, "woven again: %llu stale entries", (unsigned long long)__bunkai_flow_rmap_stat(0));
   many_calls = 0;
   many_run((uint64_t)(uintptr_t)&key, 0);
   CHECK(many_calls == MANY && !many_wrong, "woven again: %llu calls, %llu wrong", (unsigned long long)many_calls,
@@ -1514,8 +1569,8 @@ static void test_weave_many(char *note) {
   many_run((uint64_t)(uintptr_t)&key, 2);
   CHECK(many_calls == MANY, "%llu calls after the second unweave", (unsigned long long)(many_calls - MANY));
   remove_flowid(t, &key);
-  sprintf(note, "%d sleds %s, woven, unwoven, woven again with another handler and mode: each ran what it was woven with", MANY,
-          guarded > 0 ? "guarded" : "unguarded (no BMI2)");
+  sprintf(note, "%d sleds %s, woven (the return map grew to %llu maps), unwoven, woven again with another handler and mode: each ran what it was woven with, every map in step", MANY,
+          guarded > 0 ? "guarded" : "unguarded (no BMI2)", (unsigned long long)maps);
 }
 
 static const struct {
@@ -1531,6 +1586,7 @@ static const struct {
     {"table_churn", test_table_churn},
     {"concurrent", test_concurrent},
     {"buffer", test_buffer},
+    {"buffer_reuse", test_buffer_reuse},
     {"buffer_full", test_buffer_full},
     {"buffer_race", test_buffer_race},
     {"buffer_unavailable", test_buffer_unavailable},

@@ -18,6 +18,7 @@ const TESTS: &[&str] = &[
     "table_churn",
     "concurrent",
     "buffer",
+    "buffer_reuse",
     "buffer_full",
     "buffer_race",
     "buffer_unavailable",
