@@ -983,8 +983,12 @@ static COLD struct bthread *bthreads_new(void) {
 /* No entry of (tp, tid) among the probes from i: one whose owner, on the
  * same thread pointer, has exited (a new thread on a dead one's stack and
  * TCB), taken over, with its chunk given up; or 0 (the caller's records
- * then reserve their own bytes). Threads that share a thread pointer and
- * are all alive (clone without CLONE_SETTLS) never share an entry. */
+ * then reserve their own bytes). The kernel may still find an exited
+ * owner for a moment after its stack is free for reuse (until it is
+ * reaped): the new thread's records reserve their own bytes meanwhile.
+ * Threads with distinct tids never share an entry; threads that share a
+ * TLS block (clone without CLONE_SETTLS, which no pthread does) also share
+ * glibc's cached tid, and so an entry (docs/flow.md, Limits). */
 static COLD struct bthread *bthread_takeover(struct bthread *t, uint32_t i, uint64_t tp, uint32_t tid) {
   int pid = getpid_raw();
   for (uint32_t n = 0; n < 8; n++, i = (i + 1) & (CHUNK_THREADS - 1)) {

@@ -56,6 +56,11 @@ pub struct Buffer {
     /// Records reserved but never completed (a writer was interrupted or
     /// died), skipped.
     pub incomplete: u64,
+    /// Bytes reserved but never written, from where the walk found a zero
+    /// word outside any chunk to the head: a chunk or record whose writer
+    /// was stopped before its first word (a live process: being written;
+    /// a dead one: the records after it are lost).
+    pub unwritten: u64,
 }
 
 fn u16_at(d: &[u8], o: usize) -> u16 {
@@ -111,6 +116,7 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
         started_ns: u64_at(d, 40),
         records: Vec::new(),
         incomplete: 0,
+        unwritten: 0,
     };
     // The area holds reservations back to back: records, and writers'
     // chunks of records. A zero word is space not written yet: it ends the
@@ -120,6 +126,7 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
         let at = HEADER + off;
         let size = u32_at(d, at) as usize;
         if size == 0 {
+            b.unwritten = (limit - off) as u64;
             break;
         }
         if u16_at(d, at + 6) & REC_CHUNK != 0 {
@@ -332,6 +339,7 @@ pub mod tests {
         assert_eq!(b.records.len(), 2);
         assert_eq!(b.records[0], Record { ns: 5_000, pc: 0x401000, tid: 7, jp: Some(3), vals: vec![1, 2, 3], offset: HEADER });
         assert_eq!(b.records[1].jp, None);
+        assert_eq!((b.incomplete, b.unwritten), (0, 0));
     }
 
     #[test]
@@ -413,11 +421,12 @@ pub mod tests {
         let third = HEADER + 512;
         d[third..third + 256].fill(0);
         put_record(&mut d, third, &(25, 6, 7, 0, vec![9]));
-        d[third + 40 + 6] = 0; // and a record after it that was never finished
+        // and after it, up to the head, bytes reserved whose writer never
+        // wrote their first word (zeros): the walk ends there and says so
         let buf = parse(&d).unwrap();
         let order: Vec<u64> = buf.records.iter().map(|r| r.pc).collect();
         assert_eq!(order, vec![1, 4, 6, 2, 5, 3]);
-        assert_eq!(buf.incomplete, 0); // size 0 there: not even begun
+        assert_eq!((buf.incomplete, buf.unwritten), (0, 256 - 40));
         assert_eq!(buf.records[2].offset, third);
 
         let mut inner = d.clone();

@@ -113,7 +113,7 @@ fn write_dump(a: &DumpArgs, bufs: &[Buffer], w: &mut impl std::io::Write) -> Res
         for (i, b) in bufs.iter().enumerate() {
             let mut head = json!({"file": b.path.display().to_string(), "pid": b.pid, "host": b.host, "exe": b.exe,
                                   "capacity": b.capacity, "used": b.head.min(b.capacity), "dropped": b.dropped,
-                                  "incomplete": b.incomplete, "started_ns": b.started_ns,
+                                  "incomplete": b.incomplete, "unwritten": b.unwritten, "started_ns": b.started_ns,
                                   "record_count": b.records.len()})
             .to_string();
             head.pop(); // the closing brace: records follow
@@ -137,7 +137,7 @@ fn write_dump(a: &DumpArgs, bufs: &[Buffer], w: &mut impl std::io::Write) -> Res
     for b in bufs {
         writeln!(
             w,
-            "# {}: pid {} on {}, {}: {} records, {} of {} bytes used, {} dropped, {} incomplete",
+            "# {}: pid {} on {}, {}: {} records, {} of {} bytes used, {} dropped, {} incomplete{}",
             b.path.display(),
             b.pid,
             b.host,
@@ -146,7 +146,8 @@ fn write_dump(a: &DumpArgs, bufs: &[Buffer], w: &mut impl std::io::Write) -> Res
             b.head.min(b.capacity),
             b.capacity,
             b.dropped,
-            b.incomplete
+            b.incomplete,
+            if b.unwritten > 0 { format!(", {} bytes reserved and never written", b.unwritten) } else { String::new() }
         )?;
         if a.summary {
             continue;

@@ -766,7 +766,7 @@ fn dump_and_report_follow_flows_across_processes() {
     assert_eq!(counts[front], n + clones + n + clones); // alloc, clone, send, free of the clones
     assert_eq!(counts[back], 2 * n); // recv, free
     for x in b {
-        assert_eq!((x["dropped"].as_u64(), x["incomplete"].as_u64()), (Some(0), Some(0)));
+        assert_eq!((x["dropped"].as_u64(), x["incomplete"].as_u64(), x["unwritten"].as_u64()), (Some(0), Some(0), Some(0)));
         assert_eq!(x["exe"], exe.to_str().unwrap());
         // times (the TSC where the kernel keeps time by it, converted by
         // dump) lie within the run, in order in each single-threaded process
