@@ -1410,8 +1410,10 @@ static inline struct rent *rent_find(struct rmap *t, uint64_t sled) {
 /* Under W.lock: entry e takes slot's handler, argument, join point and
  * mode (the handler last). */
 static void rent_copy(struct rent *e, uint32_t slot) {
-  e->arg = W.slots[slot].arg;
-  e->jp = W.slots[slot].jp;
+  /* relaxed: they change only while h is 0 (weave refuses a woven sled),
+   * and dispatch reads them after h */
+  __atomic_store_n(&e->arg, W.slots[slot].arg, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->jp, W.slots[slot].jp, __ATOMIC_RELAXED);
   __atomic_store_n(&e->mode, (uint32_t)__atomic_load_n(&__bunkai_flow_modes[slot], __ATOMIC_RELAXED), __ATOMIC_SEQ_CST);
   __atomic_store_n(&e->h, __atomic_load_n(&W.slots[slot].h, __ATOMIC_RELAXED), __ATOMIC_SEQ_CST);
 }
@@ -1497,8 +1499,8 @@ HIDDEN void __bunkai_flow_dispatch(struct bkf_frame *f, void *xsave) {
   if (h) {
     int novec = (e ? (int)__atomic_load_n(&e->mode, __ATOMIC_SEQ_CST)
                    : __atomic_load_n(&__bunkai_flow_modes[f->slot], __ATOMIC_SEQ_CST)) & BKF_WEAVE_NO_VECTOR;
-    uint32_t jp = e ? e->jp : s->jp;
-    void *arg = e ? e->arg : s->arg;
+    uint32_t jp = e ? __atomic_load_n(&e->jp, __ATOMIC_RELAXED) : s->jp;
+    void *arg = e ? __atomic_load_n(&e->arg, __ATOMIC_RELAXED) : s->arg;
     if (novec) h(f, 0, jp, arg);
     else if (xsave) h(f, xsave, jp, arg);
   }
