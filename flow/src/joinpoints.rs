@@ -124,7 +124,7 @@ fn parse_int(s: &str) -> Option<i64> {
         }
         None => return None,
     };
-    i64::try_from(if neg { -v } else { v }).ok()
+    i64::try_from(if neg { v.checked_neg()? } else { v }).ok()
 }
 
 impl fmt::Display for Location {
@@ -380,8 +380,8 @@ pub fn from_elf(data: &[u8]) -> Result<Vec<JoinPoint>> {
         .map(|s| (s.address(), s.address() + s.size()))
         .collect();
     for jp in &jps {
-        let end = jp.sled_addr + SLED_SIZE as u64;
-        if !text.iter().any(|&(lo, hi)| jp.sled_addr >= lo && end <= hi) {
+        let end = jp.sled_addr.checked_add(SLED_SIZE as u64);
+        if !text.iter().any(|&(lo, hi)| jp.sled_addr >= lo && end.is_some_and(|e| e <= hi)) {
             bail!(
                 "join point {} ({}:{}): sled address {:#x} is outside every executable section (damaged table)",
                 jp.index,

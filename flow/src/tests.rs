@@ -62,6 +62,47 @@ fn two_records() {
     assert!(e.struct_name.is_none() && e.member.is_none() && e.operands.is_empty());
 }
 
+/// Mutated tables never panic the parser (the table comes from a binary
+/// the user names: untrusted), and a location's number at i128's edge
+/// is refused rather than overflowed.
+#[test]
+fn fuzzed_tables_fail_cleanly() {
+    let mut base = rec(-0x1000, 1, VERSION, ACCESS);
+    base.extend(rec(-0x20, 2, VERSION, ENTRY));
+    base.extend(rec(0x7fff_ffff, 3, VERSION, "s\tm\tf\tx.c\t1\tload\t8\tv=-0x8000(%rbp) w=$0x7fffffffffffffff"));
+    assert_eq!(parse(&base, u64::MAX - 4).unwrap().len(), 3);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut fails = 0;
+    for _ in 0..20000 {
+        let mut b = base.clone();
+        for _ in 0..(seed % 4 + 1) {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let at = (seed % b.len() as u64) as usize;
+            match seed % 4 {
+                0 => b[at] = (seed >> 16) as u8,
+                1 => b[at] = b"\t=-$%()0x9\0 "[(seed >> 8) as usize % 12],
+                2 => {
+                    b.remove(at);
+                }
+                _ => b.truncate(at),
+            }
+            if b.is_empty() {
+                break;
+            }
+        }
+        if let Err(e) = parse(&b, seed) {
+            assert!(e.offset <= b.len(), "{e} past the end of {} bytes", b.len());
+            fails += 1;
+        }
+    }
+    assert!(fails > 1000, "only {fails} of the mutated tables were refused");
+    assert_eq!(Location::parse("$-0x80000000000000000000000000000000"), None);
+    assert_eq!(Location::parse("$-0x-80000000000000000000000000000000"), None);
+    assert_eq!(Location::parse("$-0x8000000000000000"), Some(Location::Imm(i64::MIN)));
+}
+
 #[test]
 fn locations_parse_and_print() {
     for s in [
