@@ -79,6 +79,13 @@ fn cstr(d: &[u8]) -> String {
 
 /// Parses a buffer's bytes. `Err` names what is wrong and where.
 pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
+    parse_prefix(d, d.len() as u64)
+}
+
+/// Parses the first bytes of a buffer file of `file_len` bytes: its
+/// header and at least the area up to the head it read first (`read`
+/// reads no further: the rest is capacity not used yet).
+fn parse_prefix(d: &[u8], file_len: u64) -> std::result::Result<Buffer, String> {
     if d.len() < HEADER {
         return Err(format!("{} bytes, shorter than the {HEADER}-byte header", d.len()));
     }
@@ -96,13 +103,15 @@ pub fn parse(d: &[u8]) -> std::result::Result<Buffer, String> {
     }
     let capacity = u64_at(d, 16);
     let head = u64_at(d, 24);
-    let area = d.len() - HEADER;
-    if capacity > area as u64 {
+    let area = file_len.max(d.len() as u64) - HEADER as u64;
+    if capacity > area {
         return Err(format!(
             "offset 16: capacity {capacity} but the file holds {area} bytes after the header (cut short?)"
         ));
     }
-    let limit = head.min(capacity) as usize;
+    // (a live process's head may have moved on since the prefix was read:
+    // what was reserved before is all there)
+    let limit = head.min(capacity).min((d.len() - HEADER) as u64) as usize;
     let time = clock(d)?;
     let mut b = Buffer {
         path: PathBuf::new(),
@@ -231,9 +240,23 @@ fn clock(d: &[u8]) -> std::result::Result<Clock, String> {
     }
 }
 
+/// Reads a buffer file: its header, then the area up to the head (not the
+/// capacity past it, which may be gigabytes of zeros).
 pub fn read(path: &Path) -> Result<Buffer> {
-    let d = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    match parse(&d) {
+    use std::io::Read;
+    let cannot = || format!("cannot read {}", path.display());
+    let f = std::fs::File::open(path).with_context(cannot)?;
+    let file_len = f.metadata().with_context(cannot)?.len();
+    let mut d = Vec::new();
+    let mut f = f.take(HEADER as u64);
+    f.read_to_end(&mut d).with_context(cannot)?;
+    if d.len() == HEADER && u32_at(&d, 0) == BUF_MAGIC {
+        let used = u64_at(&d, 24).min(u64_at(&d, 16)).min(file_len - HEADER as u64);
+        f.set_limit(used);
+        d.reserve_exact(used as usize);
+        f.read_to_end(&mut d).with_context(cannot)?;
+    }
+    match parse_prefix(&d, file_len) {
         Ok(mut b) => {
             b.path = path.to_path_buf();
             Ok(b)
@@ -444,6 +467,32 @@ pub mod tests {
         over[HEADER + 8] = 0; // a record running out of its chunk
         over[HEADER + 9] = 1;
         assert!(parse(&over).unwrap_err().contains("record size 256"));
+    }
+
+    /// `read` reads the header and the area up to the head, not the unused
+    /// capacity, and still finds a file cut short; a prefix read while the
+    /// head moved on gives what it holds.
+    #[test]
+    fn files_are_read_up_to_the_head() {
+        let cap = 1 << 20;
+        let d = make(9, "h", "e", cap, &[(1, 2, 3, 4, vec![9]), (5, 6, 7, 8, vec![10, 11])]);
+        let dir = std::env::temp_dir().join(format!("bunkai-flow-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bunkai-flow.9.buf");
+        std::fs::write(&path, &d).unwrap();
+        let b = read(&path).unwrap();
+        assert_eq!((b.records.len(), b.capacity, b.path.clone()), (2, cap as u64, path.clone()));
+        assert_eq!(b.records, parse(&d).unwrap().records);
+        std::fs::write(&path, &d[..HEADER + cap - 8]).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("cut short"), "{e}");
+        std::fs::write(&path, &d[..100]).unwrap();
+        let e = read(&path).unwrap_err().to_string();
+        assert!(e.contains("shorter than the 384-byte header"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        // the first record only, as if the second came after the prefix was read
+        let b = parse_prefix(&d[..HEADER + 40], d.len() as u64).unwrap();
+        assert_eq!((b.records.len(), b.records[0].vals.clone()), (1, vec![9]));
     }
 
     /// Mutated buffers never panic the reader.
