@@ -47,7 +47,7 @@ enum Cmd {
     Trace(trace::Args),
     /// Run one multithreaded process across several hosts
     Share(share::Args),
-    /// XenLASY: join points and sleds (flow cc), the join-point table (flow points)
+    /// XenLASY: follow data through threads, processes and hosts: build with sleds, weave aspects in, report flows
     Flow(flow::Args),
     /// DKM: check, link and load code modules into a running host; unload, swap, predict
     Mod(modcmd::Args),
