@@ -1146,23 +1146,28 @@ static COLD struct bkf_buf_header *buf_slow(void) {
   return h;
 }
 
+/* *pop: the step of the area to fault in once the record is complete
+ * (0: none), when the reservation of len bytes at off enters a step
+ * (buf_create did the first two): the step after it. */
+static inline void pop_entered(uint64_t off, uint64_t len, uint64_t *pop) {
+  if (unlikely((off ^ (off + len)) >= POP_STEP)) *pop = (off + len) / POP_STEP + 1;
+}
+
 /* A record's own reservation, as every record had before chunks; ~0 when
- * it does not fit (counted). *pop: the step of the area to fault in once
- * the record is complete (0: none), when the reservation enters a step
- * (buf_create did the first two). */
+ * it does not fit (counted). *pop as for pop_entered. */
 static uint64_t reserve_own(struct bkf_buf_header *h, uint64_t size, uint64_t *pop) {
   uint64_t off = ADD(&h->head, size);
   if (unlikely(off + size > h->capacity)) {
     ADD(&h->dropped, 1);
     return ~0ull;
   }
-  if (unlikely((off ^ (off + size)) >= POP_STEP)) *pop = (off + size) / POP_STEP + 1;
+  pop_entered(off, size, pop);
   return off;
 }
 
 /* The thread's chunk cannot take a record of size bytes: the record's
  * offset in a new chunk (the end of the area may make it shorter), or ~0
- * when the area is full (counted). *pop as for reserve_own. */
+ * when the area is full (counted). *pop as for pop_entered. */
 static NOINLINE uint64_t chunk_take(struct bkf_buf_header *h, struct bthread *bt, uint64_t size, uint64_t *pop) {
   if (size > CHUNK / 4) return reserve_own(h, size, pop);
   uint64_t cap = h->capacity, c;
@@ -1173,7 +1178,7 @@ static NOINLINE uint64_t chunk_take(struct bkf_buf_header *h, struct bthread *bt
   uint64_t len = cap - c < CHUNK ? cap - c : CHUNK;
   ST((uint64_t *)((char *)(h + 1) + c), len | (uint64_t)BKF_REC_CHUNK << 48);
   bt->end = c + len;
-  if (unlikely((c ^ (c + len)) >= POP_STEP)) *pop = (c + len) / POP_STEP + 1;
+  pop_entered(c, len, pop);
   if (unlikely(8 + size > len)) {
     bt->pos = c + 8;
     ADD(&h->dropped, 1);

@@ -874,9 +874,7 @@ mod tests {
                 if b.is_empty() {
                     break;
                 }
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
+                crate::xorshift(&mut seed);
                 let at = (seed % b.len() as u64) as usize;
                 match seed % 3 {
                     0 => b[at] = b"<>()&,.@%/ \"\n=ANDx"[(seed >> 8) as usize % 18],

@@ -504,9 +504,7 @@ pub mod tests {
         for i in 0..40_000 {
             let mut d = if i % 2 == 0 { plain.clone() } else { chunked.clone() };
             for _ in 0..(seed % 4 + 1) {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
+                crate::xorshift(&mut seed);
                 let at = (seed % (HEADER as u64 + 200)) as usize;
                 if seed % 7 == 0 {
                     d.truncate(at);

@@ -27,6 +27,14 @@ pub mod points;
 #[cfg(test)]
 mod tests;
 
+/// The fuzzing tests' generator (xorshift64): steps `seed` in place.
+#[cfg(test)]
+pub(crate) fn xorshift(seed: &mut u64) {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+}
+
 /// Writes a command's output to standard output; a closed pipe (`| head`)
 /// is not an error.
 pub fn stdout(text: &str) -> anyhow::Result<()> {

@@ -76,9 +76,7 @@ fn fuzzed_tables_fail_cleanly() {
     for _ in 0..20000 {
         let mut b = base.clone();
         for _ in 0..(seed % 4 + 1) {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
+            crate::xorshift(&mut seed);
             let at = (seed % b.len() as u64) as usize;
             match seed % 4 {
                 0 => b[at] = (seed >> 16) as u8,
