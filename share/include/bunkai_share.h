@@ -1,7 +1,8 @@
 /* bunkai_share.h: what `bunkai share` (the CLI and node daemon, Rust, in
- * share/src/) and its runtime (share/runtime/share.c, preloaded into the
- * shared process on every host) agree on. Version BKS_VERSION; any change to
- * the layout below bumps it, and both sides refuse another version.
+ * share/src/) and its runtime (share/runtime/, preloaded into the shared
+ * process on every host) agree on. Version BKS_VERSION; any change to the
+ * layout below bumps it, and both sides refuse another version. The Rust
+ * mirror is share/src/wire.rs; a test compiles this header and compares.
  *
  * Rules: plain C, fixed-width integers, little-endian, no padding surprises
  * (every struct is naturally aligned and its size is asserted below).
@@ -9,20 +10,25 @@
  * ---------------------------------------------------------------------------
  * 1. Starting (who runs what)
  *
- *   home host   `bunkai share run --nodes A,B -- PROG ARGS` creates a TCP
- *               listener and a stats memfd, then runs PROG with
+ *   home host   `bunkai share run --nodes A,B -- PROG ARGS` reads the
+ *               cluster key (~/.config/bunkai/share.key), makes a run id
+ *               (16 random bytes) and the run key
+ *                 R = HMAC-SHA256(K, "bunkai-share run" || run id)
+ *               creates a TCP listener and a stats memfd, writes R into a
+ *               pipe, then runs PROG with
  *                 LD_PRELOAD=<libdir>/libbunkai-share.so (prepended)
  *                 GLIBC_TUNABLES=glibc.pthread.rseq=0   (appended: the kernel
  *                     must not write rseq areas of threads whose memory lives
  *                     on another host)
  *                 LD_BIND_NOW=1                          (no lazy PLT writes)
- *                 BUNKAI_SHARE=home <listen fd> <nodes> <stats fd> <place> <token>
+ *                 BUNKAI_SHARE=home <listen fd> <nodes> <stats fd> <place> <key fd>
  *               and personality(ADDR_NO_RANDOMIZE).
- *   each node   `bunkai share node --listen ADDR` receives the program's
- *               argv, environment and working directory from the CLI and
- *               starts a replica: the same program, the same environment
- *               (LD_PRELOAD etc. included), ASLR off, with
- *                 BUNKAI_SHARE=replica <host index> <home ip:port> <token>
+ *   each node   `bunkai share node` authenticates the CLI (share/src/auth.rs),
+ *               receives the run id, the program's argv, environment and
+ *               working directory, computes R itself (R never travels) and
+ *               starts a replica: the same program, the same environment,
+ *               ASLR off, R in a pipe, and
+ *                 BUNKAI_SHARE=replica <host index> <home ip:port> <key fd>
  *               The replica's runtime constructor never returns to the
  *               program: the replica's main thread becomes its memory
  *               manager, and the replica runs only threads the home host
@@ -31,16 +37,31 @@
  *   <place> is "rr" (round robin over home and the nodes, the first created
  *   thread on node 1), "remote" (round robin over the nodes only) or "home"
  *   (every thread on the home host: sharing set up, nothing moves).
- *   <token> is 32 hex digits; a replica's HELLO must carry it.
+ *   The runtime reads the 32 bytes of R from <key fd> and closes it.
  *
- * 2. Wire protocol between the runtimes (TCP, little-endian)
+ * 2. Authentication (every runtime connection, before any message)
+ *
+ *   client -> server  struct bks_auth_hello  (magic, version, role, nonce_c)
+ *   server -> client  struct bks_auth_reply  (nonce_s, mac_s)
+ *   client -> server  struct bks_auth_proof  (mac_c)
+ *     mac_s = HMAC-SHA256(R, "bunkai-share server" || role || nonce_c || nonce_s)
+ *     mac_c = HMAC-SHA256(R, "bunkai-share client" || role || nonce_c || nonce_s)
+ *   (role as 4 little-endian bytes). The client checks mac_s before it
+ *   proves itself; the server reads nothing else until mac_c checks. Fresh
+ *   nonces on both sides: a recorded exchange replays to nobody. Anything
+ *   else, or nothing within BKS_AUTH_MS, closes the connection.
+ *
+ * 3. Wire protocol between the runtimes (TCP, little-endian)
  *
  *   Every message is a bks_msg header followed by `len` bytes of payload.
- *   Control connection: replica -> home listener, first message HELLO.
- *   Thread connection: the home executor of a thread -> the replica's own
- *   listener (port given in HELLO), first message START.
+ *   Control connection (role BKS_ROLE_CONTROL): replica -> home listener,
+ *   first message HELLO. Home's memory manager is the only sender on it,
+ *   and the node's memory manager the only reader, so everything it says
+ *   (pages, mappings) happens on the node in the order it was decided.
+ *   Thread connection (role BKS_ROLE_THREAD): the home executor of a thread
+ *   -> the replica's own listener (port given in HELLO), first message START.
  *
- * 3. The stats page (memfd, BKS_STATS_SIZE bytes, mapped shared by the home
+ * 4. The stats page (memfd, BKS_STATS_SIZE bytes, mapped shared by the home
  *   runtime, read by the CLI after the program ends). All counters are
  *   written by the home runtime only.
  * ------------------------------------------------------------------------- */
@@ -49,11 +70,13 @@
 
 #include <stdint.h>
 
-#define BKS_VERSION 2u
+#define BKS_VERSION 3u
 #define BKS_MAGIC 0x314b5342u /* "BSK1" */
 #define BKS_MAX_HOSTS 16
 #define BKS_MAX_THREADS 1024
 #define BKS_PAGE 4096u
+#define BKS_KEY_BYTES 32u
+#define BKS_AUTH_MS 5000 /* a peer has this long to finish the handshake */
 
 /* The runtime's private region: the same address on every host, reserved
  * PROT_NONE before the program runs so the program never maps there; each
@@ -61,32 +84,65 @@
 #define BKS_PRIVATE_BASE 0x100000000000ull
 #define BKS_PRIVATE_SIZE (1ull << 34) /* 16 GiB of address space */
 
+enum bks_role { BKS_ROLE_CONTROL = 1, BKS_ROLE_THREAD = 2 };
+
+struct bks_auth_hello {
+  uint32_t magic;      /* BKS_MAGIC */
+  uint32_t version;    /* BKS_VERSION */
+  uint32_t role;       /* enum bks_role */
+  uint32_t pad;
+  uint8_t nonce[32];
+};
+struct bks_auth_reply {
+  uint8_t nonce[32];
+  uint8_t mac[32];
+};
+struct bks_auth_proof {
+  uint8_t mac[32];
+};
+
 enum bks_msg_type {
   /* control connection, replica -> home */
   BKS_HELLO = 1,     /* payload bks_hello */
-  BKS_PAGE_REQ = 2,  /* a = page address, b = 1 for write */
-  BKS_DATA = 3,      /* a = page address, payload 4096 bytes: reply to FETCH/DOWNGRADE/TAKE */
-  BKS_ACK = 4,       /* a = page address: reply to INVALIDATE, UNMAP, REMAP */
+  BKS_PAGE_REQ = 2,  /* a = page address, b = BKS_REQ_* flags */
+  BKS_DATA = 3,      /* a = page address; payload 4096 bytes, or none: the page is zeros. Reply to FETCH/DOWNGRADE/TAKE */
+  BKS_ACK = 4,       /* a = page (INVALIDATE) or start (ZAP) */
   BKS_ERROR = 5,     /* payload: one line of text; the run fails with it */
-  /* control connection, home -> replica */
-  BKS_GRANT = 16,    /* a = page, b = mode (1 read-only, 2 read-write), payload 4096 bytes or none (upgrade / you have it) */
+  /* control connection, home -> replica (all of them, in the order the
+   * home manager decided them) */
+  BKS_GRANT = 16,    /* a = page, b = mode (1 read-only, 2 read-write); payload 4096 bytes (the page),
+                        none (you hold it: set the mode and wake), or none with c = BKS_GRANT_ZERO (zeros) */
   BKS_FETCH = 17,    /* a = page: send a copy, keep yours as it is */
   BKS_DOWNGRADE = 18,/* a = page: write-protect yours, send a copy */
   BKS_TAKE = 19,     /* a = page: send it and drop yours */
   BKS_INVALIDATE = 20,/* a = page: drop your read-only copy, ACK */
   BKS_UNMAP = 21,    /* a = start, b = end: the mapping is gone */
-  BKS_REMAP = 22,    /* a = from, b = to, c = length: mremap moved it */
+  BKS_REMAP = 22,    /* a = from, b = to, c = length: mremap moved it (what you hold there moves too) */
   BKS_QUIT = 23,     /* the program ended: exit with status a */
   BKS_PROTECT = 24,  /* a = start, b = length, c = prot: a thread changed protections (mprotect) */
+  BKS_MAP = 25,      /* a = start, b = end, c = prot: shared memory; map what of it you have not mapped */
+  BKS_FRESH = 26,    /* a = start, b = end, c = prot: a new mapping whose pages are yours, zeros (first touch) */
+  BKS_ZAP = 27,      /* a = start, b = end: drop every page you hold there (madvise(MADV_DONTNEED)), ACK */
+  BKS_GONE = 28,     /* a = page: your request for it cannot be served (the memory was unmapped or moved): wake */
   /* thread connection, home executor <-> remote thread */
   BKS_START = 32,    /* home -> replica: payload bks_start */
   BKS_SYSCALL = 33,  /* remote -> home: payload bks_syscall */
-  BKS_RESULT = 34,   /* home -> remote: a = return value, b = flags (BKS_RES_*) */
+  BKS_RESULT = 34,   /* home -> remote: a = return value, b = flags (BKS_RES_*), c = control sequence */
   BKS_MAPINFO = 35,  /* remote -> home: a = faulting address, b = 1 for write */
-  BKS_MAP = 36,      /* home -> remote: payload bks_map (count 0: not mapped) */
+  BKS_MAPPED = 36,   /* home -> remote: a = BKS_MAPPED_*, b = prot, c = control sequence to wait for */
   BKS_CREATE = 37,   /* remote -> home: pthread_create: a = pthread_t *, b = attr, c = fn, payload u64 arg */
   BKS_EXIT = 38,     /* remote -> home: the thread's start routine returned a */
   BKS_CRASH = 39,    /* remote -> home: signal a at address b: kill the process with it */
+};
+
+#define BKS_REQ_WRITE 1u   /* PAGE_REQ: the thread wants to write */
+#define BKS_REQ_HAVE 2u    /* PAGE_REQ: the node holds a read-only copy (an upgrade) */
+#define BKS_GRANT_ZERO 1u  /* GRANT without payload, c: the page is zeros */
+
+enum {
+  BKS_MAPPED_OK = 0,     /* mapped on your host once the control sequence is reached: retry the access */
+  BKS_MAPPED_NONE = 1,   /* nothing is mapped there at home, or not with that access: a real fault */
+  BKS_MAPPED_SHARED = 2, /* a MAP_SHARED mapping: not kept coherent across hosts */
 };
 
 struct bks_msg {
@@ -99,10 +155,9 @@ struct bks_hello {
   uint32_t magic;    /* BKS_MAGIC */
   uint32_t version;  /* BKS_VERSION */
   uint32_t host;     /* 1..nodes */
-  uint16_t port;     /* the replica's thread listener, network order not used: host order */
+  uint16_t port;     /* the replica's thread listener, host order */
   uint16_t pad;
   uint32_t pid;      /* the replica's pid on its host */
-  char token[32];
 };
 
 struct bks_start {
@@ -120,19 +175,7 @@ struct bks_syscall {
   uint64_t arg[6];
 };
 
-#define BKS_RES_MAPS_CHANGED 1u /* the call changed mappings: wait until the control connection's message c is handled */
-#define BKS_RES_FRESH 2u        /* mmap made a private anonymous mapping at a: its pages are the caller's host's,
-                                   zeros: map it and fill its first touches locally (first-touch ownership) */
-
-/* One mapping as the home host sees it (from /proc/self/maps). */
-struct bks_map {
-  uint64_t start, end, offset;
-  uint32_t prot;       /* PROT_* */
-  uint32_t kind;       /* BKS_MAP_* */
-  char path[256];      /* for BKS_MAP_FILE */
-};
-enum { BKS_MAP_NONE = 0, BKS_MAP_SHARED_MEM = 1 /* anonymous or private, kept coherent page by page */,
-       BKS_MAP_FILE = 2 /* read-only file mapping: map the same file locally */ };
+#define BKS_RES_MAPS_CHANGED 1u /* wait until the control connection's message c is handled before going on */
 
 /* The stats page. */
 #define BKS_STATS_SIZE 65536u
@@ -160,6 +203,10 @@ struct bks_stats {
   uint32_t failed_host;     /* the node whose loss ended the run (0: none) */
   int32_t failed_err;       /* why: -ETIMEDOUT, -ECONNRESET, or another negative errno (closed) */
   char error[256];          /* the runtime's last fatal error, if any */
+  uint64_t retries;         /* home-side userfaultfd calls retried after a mapping change (EAGAIN) */
+  uint64_t converted;       /* file mappings made shared memory after start-up (dlopen, touched by a node) */
+  uint64_t refused;         /* connections refused (no handshake, wrong key, wrong peer) */
+  uint64_t zapped_pages;    /* pages dropped everywhere for madvise(MADV_DONTNEED) and alike */
   struct bks_host_stats host[BKS_MAX_HOSTS];
   struct bks_thread_stats thread[BKS_MAX_THREADS];
 };
@@ -168,9 +215,10 @@ struct bks_stats {
 static_assert(sizeof(struct bks_msg) == 32, "bks_msg");
 #else
 _Static_assert(sizeof(struct bks_msg) == 32, "bks_msg");
-_Static_assert(sizeof(struct bks_hello) == 52, "bks_hello");
+_Static_assert(sizeof(struct bks_hello) == 20, "bks_hello");
 _Static_assert(sizeof(struct bks_start) == 48, "bks_start");
-_Static_assert(sizeof(struct bks_map) == 288, "bks_map");
+_Static_assert(sizeof(struct bks_auth_hello) == 48, "bks_auth_hello");
+_Static_assert(sizeof(struct bks_auth_reply) == 64, "bks_auth_reply");
 _Static_assert(sizeof(struct bks_stats) <= BKS_STATS_SIZE, "bks_stats");
 #endif
 

@@ -46,33 +46,62 @@ fn pad(mut s: String) -> String {
     s
 }
 
-/// BUNKAI_SHARE for the program on the home host.
-pub fn home_value(listen_fd: i32, nodes: usize, stats_fd: i32, place: Place, token: &str) -> String {
-    pad(format!("home {listen_fd} {nodes} {stats_fd} {} {token}", place.as_str()))
+/// BUNKAI_SHARE for the program on the home host (`key_fd` holds the run
+/// key).
+pub fn home_value(listen_fd: i32, nodes: usize, stats_fd: i32, place: Place, key_fd: i32) -> String {
+    pad(format!("home {listen_fd} {nodes} {stats_fd} {} {key_fd}", place.as_str()))
 }
 
 /// BUNKAI_SHARE for the replica on node `host` (1-based).
-pub fn replica_value(host: u32, home: &str, token: &str) -> String {
-    pad(format!("replica {host} {home} {token}"))
+pub fn replica_value(host: u32, home: &str, key_fd: i32) -> String {
+    pad(format!("replica {host} {home} {key_fd}"))
 }
 
-pub fn valid_token(t: &str) -> bool {
+/// 16 bytes as 32 hex digits.
+pub fn valid_run_id(t: &str) -> bool {
     t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+pub fn parse_run_id(t: &str) -> Option<[u8; 16]> {
+    if !valid_run_id(t) {
+        return None;
+    }
+    let mut b = [0u8; 16];
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(b)
+}
+
+/// The runtime's two libraries, absolute (they must be at the same paths
+/// on every host).
+pub struct Runtime {
+    /// libbunkai-share.so, for LD_PRELOAD
+    pub preload: String,
+    /// libbunkai-share-audit.so, for LD_AUDIT
+    pub audit: String,
+}
+
 /// The environment the program gets on every host: ours, with the runtime
-/// prepended to LD_PRELOAD, rseq turned off in GLIBC_TUNABLES, eager
-/// binding (no lazy PLT writes into shared memory), and no BUNKAI_SHARE
-/// (each host adds its own). Order is kept; new variables go last.
-pub fn program_env(base: &[(String, String)], runtime: &str) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::with_capacity(base.len() + 3);
-    let (mut preload, mut tunables, mut bind) = (false, false, false);
+/// prepended to LD_PRELOAD and its audit module to LD_AUDIT, rseq turned
+/// off in GLIBC_TUNABLES, eager binding (no lazy PLT writes into shared
+/// memory), and no BUNKAI_SHARE (each host adds its own). Order is kept;
+/// new variables go last.
+pub fn program_env(base: &[(String, String)], rt: &Runtime) -> Vec<(String, String)> {
+    let runtime = rt.preload.as_str();
+    let mut out: Vec<(String, String)> = Vec::with_capacity(base.len() + 4);
+    let (mut preload, mut audit, mut tunables, mut bind) = (false, false, false, false);
     for (k, v) in base {
         match k.as_str() {
             "BUNKAI_SHARE" => continue,
             "LD_PRELOAD" => {
                 preload = true;
                 let v = if v.trim().is_empty() { runtime.to_string() } else { format!("{runtime}:{v}") };
+                out.push((k.clone(), v));
+            }
+            "LD_AUDIT" => {
+                audit = true;
+                let v = if v.trim().is_empty() { rt.audit.clone() } else { format!("{}:{v}", rt.audit) };
                 out.push((k.clone(), v));
             }
             "GLIBC_TUNABLES" => {
@@ -89,6 +118,9 @@ pub fn program_env(base: &[(String, String)], runtime: &str) -> Vec<(String, Str
     }
     if !preload {
         out.push(("LD_PRELOAD".into(), runtime.into()));
+    }
+    if !audit {
+        out.push(("LD_AUDIT".into(), rt.audit.clone()));
     }
     if !tunables {
         out.push(("GLIBC_TUNABLES".into(), RSEQ_OFF.into()));
@@ -186,14 +218,20 @@ pub fn check_loadable(p: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `<libdir>/libbunkai-share.so`, absolute (LD_PRELOAD must name it by
-/// the same path on every host).
-pub fn runtime_path() -> Result<PathBuf> {
-    let p = bunkai_scatter::toolchain::helper_libdir()?.join(crate::RUNTIME_LIB);
-    if !p.exists() {
-        bail!("runtime {} is missing (run make)", p.display());
-    }
-    Ok(p.canonicalize().unwrap_or(p))
+/// `<libdir>/libbunkai-share.so` and `<libdir>/libbunkai-share-audit.so`,
+/// absolute (LD_PRELOAD and LD_AUDIT must name them by the same paths on
+/// every host).
+pub fn runtime() -> Result<Runtime> {
+    let dir = bunkai_scatter::toolchain::helper_libdir()?;
+    let find = |name: &str| -> Result<String> {
+        let p = dir.join(name);
+        if !p.exists() {
+            bail!("runtime {} is missing (run make)", p.display());
+        }
+        let p = p.canonicalize().unwrap_or(p);
+        p.to_str().map(str::to_string).with_context(|| format!("runtime path {} is not UTF-8", p.display()))
+    };
+    Ok(Runtime { preload: find(crate::RUNTIME_LIB)?, audit: find(crate::AUDIT_LIB)? })
 }
 
 #[cfg(test)]
@@ -205,16 +243,21 @@ mod tests {
         v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
+    fn rt(dir: &str) -> Runtime {
+        Runtime { preload: format!("{dir}/libbunkai-share.so"), audit: format!("{dir}/libbunkai-share-audit.so") }
+    }
+
     #[test]
     fn env_gets_the_runtime_added() {
-        let rt = "/opt/b/lib/bunkai/libbunkai-share.so";
-        let out = program_env(&env(&[("PATH", "/usr/bin"), ("HOME", "/root")]), rt);
+        let r = rt("/opt/b/lib/bunkai");
+        let out = program_env(&env(&[("PATH", "/usr/bin"), ("HOME", "/root")]), &r);
         assert_eq!(
             out,
             env(&[
                 ("PATH", "/usr/bin"),
                 ("HOME", "/root"),
-                ("LD_PRELOAD", rt),
+                ("LD_PRELOAD", &r.preload),
+                ("LD_AUDIT", &r.audit),
                 ("GLIBC_TUNABLES", "glibc.pthread.rseq=0"),
                 ("LD_BIND_NOW", "1"),
             ])
@@ -223,45 +266,48 @@ mod tests {
 
     #[test]
     fn env_keeps_what_was_there() {
-        let rt = "/x/libbunkai-share.so";
+        let r = rt("/x");
         let out = program_env(
             &env(&[
                 ("LD_PRELOAD", "/usr/lib/libfoo.so"),
-                ("BUNKAI_SHARE", "home 3 1 4 rr 00"),
+                ("LD_AUDIT", "/usr/lib/audit.so"),
+                ("BUNKAI_SHARE", "home 3 1 4 rr 5"),
                 ("GLIBC_TUNABLES", "glibc.malloc.check=3"),
                 ("LD_BIND_NOW", ""),
                 ("A", "b=c"),
             ]),
-            rt,
+            &r,
         );
         assert_eq!(
             out,
             env(&[
                 ("LD_PRELOAD", "/x/libbunkai-share.so:/usr/lib/libfoo.so"),
+                ("LD_AUDIT", "/x/libbunkai-share-audit.so:/usr/lib/audit.so"),
                 ("GLIBC_TUNABLES", "glibc.malloc.check=3:glibc.pthread.rseq=0"),
                 ("LD_BIND_NOW", "1"),
                 ("A", "b=c"),
             ])
         );
-        let out = program_env(&env(&[("LD_PRELOAD", " "), ("GLIBC_TUNABLES", "")]), rt);
-        assert_eq!(out[0].1, rt);
+        let out = program_env(&env(&[("LD_PRELOAD", " "), ("GLIBC_TUNABLES", "")]), &r);
+        assert_eq!(out[0].1, r.preload);
         assert_eq!(out[1].1, RSEQ_OFF);
     }
 
     #[test]
     fn share_values_follow_the_header() {
-        let t = "0123456789abcdef0123456789abcdef";
-        let h = home_value(3, 2, 4, Place::RoundRobin, t);
-        assert_eq!(h.trim_end(), format!("home 3 2 4 rr {t}"));
-        let r = replica_value(2, "10.200.2.1:40000", t);
-        assert_eq!(r.trim_end(), format!("replica 2 10.200.2.1:40000 {t}"));
+        let h = home_value(3, 2, 4, Place::RoundRobin, 7);
+        assert_eq!(h.trim_end(), "home 3 2 4 rr 7");
+        let r = replica_value(2, "10.200.2.1:40000", 7);
+        assert_eq!(r.trim_end(), "replica 2 10.200.2.1:40000 7");
         assert_eq!(h.len(), r.len());
         // The longest values still fit.
-        let h = home_value(i32::MAX, 15, i32::MAX, Place::Remote, t);
+        let h = home_value(i32::MAX, 15, i32::MAX, Place::Remote, i32::MAX);
         assert_eq!(h.len(), SHARE_VALUE_LEN);
-        let r = replica_value(15, "255.255.255.255:65535", t);
+        let r = replica_value(15, "255.255.255.255:65535", i32::MAX);
         assert_eq!(r.len(), SHARE_VALUE_LEN);
-        assert!(valid_token(t) && !valid_token("abc") && !valid_token(&"g".repeat(32)));
+        let t = "0123456789abcdef0123456789abcdef";
+        assert!(valid_run_id(t) && !valid_run_id("abc") && !valid_run_id(&"g".repeat(32)));
+        assert_eq!(parse_run_id(t).unwrap()[..2], [0x01, 0x23]);
     }
 
     #[test]

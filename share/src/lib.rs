@@ -3,6 +3,9 @@
 //! the shared process is share/runtime/share.c, and the two agree on
 //! share/include/bunkai_share.h (how the program is started, the stats page).
 //!
+//! - `key`: the cluster key file (`bunkai share key`).
+//! - `auth`: the handshake every connection opens with, the run key, the
+//!   MACs on the CLI-node lines.
 //! - `proto`: the JSON-lines protocol between `bunkai share run` and
 //!   `bunkai share node` (spawn a replica, its exit, kill it).
 //! - `launch`: the program's environment, BUNKAI_SHARE, placement, token.
@@ -14,7 +17,9 @@
 //! - `sys`: the few Linux calls std does not have (pidfd, signalfd,
 //!   personality, memfd).
 
+pub mod auth;
 pub mod hosts;
+pub mod key;
 pub mod launch;
 pub mod netns;
 pub mod node;
@@ -25,3 +30,5 @@ pub mod sys;
 
 /// The runtime's file name in bunkai's libdir (build/lib/bunkai).
 pub const RUNTIME_LIB: &str = "libbunkai-share.so";
+/// Its rtld-audit module (LD_AUDIT), beside it.
+pub const AUDIT_LIB: &str = "libbunkai-share-audit.so";

@@ -1,14 +1,16 @@
 //! The protocol between `bunkai share run` (the CLI, on the home host) and
-//! `bunkai share node` (the daemon on each other host): JSON, one message a
-//! line, over TCP. The runtimes talk to each other with another, binary
-//! protocol (bunkai_share.h section 2); this one only starts and stops
+//! `bunkai share node` (the daemon on each other host): first the
+//! handshake under the cluster key (auth.rs, role DAEMON), then JSON, one
+//! message a line, each line followed by a tab and its MAC under the
+//! session key. The runtimes talk to each other with another, binary
+//! protocol (bunkai_share.h section 3); this one only starts and stops
 //! replicas.
 //!
 //! ```text
 //! CLI  -> node  {"spawn": {"argv": ["/usr/bin/pigz", "-p", "3"],
 //!                "env": [["PATH", "/usr/bin"], ["LD_PRELOAD", "/opt/bunkai/lib/bunkai/libbunkai-share.so"], ...],
 //!                "cwd": "/tmp", "home": "10.200.1.1:40123", "host": 1,
-//!                "token": "4f0c...32 hex digits", "version": 1, "stack_limit": 8388608}}
+//!                "run_id": "4f0c...32 hex digits", "version": 2, "stack_limit": 8388608}}
 //! node -> CLI   {"spawned": {"pid": 4242}}        or  {"error": "one line"}
 //! node -> CLI   {"exited": {"code": 0}}           or  {"exited": {"signal": 9}}
 //! CLI  -> node  {"kill": true}                    (or the connection closes)
@@ -16,7 +18,9 @@
 //!
 //! One run per connection. The node answers a spawn with `spawned` or
 //! `error`; when the replica ends (by itself, or killed because the CLI
-//! asked or went away) it sends `exited` and closes. `stack_limit` (the
+//! asked or went away) it sends `exited` and closes. `run_id` is public:
+//! both sides derive the run key from it and the cluster key (auth.rs), so
+//! the key the runtimes prove never travels. `stack_limit` (the
 //! home host's soft RLIMIT_STACK, 2^64-1 for unlimited) is optional: the
 //! kernel places the mmap base below the stack by that limit (or uses the
 //! legacy layout when it is unlimited), so replicas need the home host's
@@ -30,10 +34,10 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Longest line either side accepts (an environment is rarely over 100 KiB).
-const MAX_LINE: usize = 16 << 20;
+pub const MAX_LINE: usize = 1 << 20;
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Spawn {
@@ -44,7 +48,8 @@ pub struct Spawn {
     pub home: String,
     /// 1..=nodes, in the order given to --nodes.
     pub host: u32,
-    pub token: String,
+    /// 16 random bytes as 32 hex digits: the run key is derived from it.
+    pub run_id: String,
     pub version: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_limit: Option<u64>,
@@ -160,22 +165,33 @@ pub fn tune(s: &TcpStream) {
     set(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, 5000);
 }
 
-/// A TCP connection carrying JSON lines. Reads are driven by poll: `fill`
-/// makes one read(2), which does not block when poll said readable.
+/// A TCP connection carrying JSON lines, each with its MAC once `secure`
+/// has been called. Reads are driven by poll: `fill` makes one read(2),
+/// which does not block when poll said readable.
 pub struct Lines {
     pub stream: TcpStream,
     buf: Vec<u8>,
+    mac: Option<crate::auth::LineMac>,
 }
 
 impl Lines {
     pub fn new(stream: TcpStream) -> Lines {
-        Lines { stream, buf: Vec::new() }
+        Lines { stream, buf: Vec::new(), mac: None }
+    }
+
+    /// From now on every line sent carries a MAC and every line received
+    /// must.
+    pub fn secure(&mut self, mac: crate::auth::LineMac) {
+        self.mac = Some(mac);
     }
 
     pub fn send<T: Serialize>(&mut self, msg: &T) -> io::Result<()> {
-        let mut v = serde_json::to_vec(msg).map_err(io::Error::other)?;
-        v.push(b'\n');
-        self.stream.write_all(&v)
+        let mut line = serde_json::to_string(msg).map_err(io::Error::other)?;
+        if let Some(m) = &mut self.mac {
+            line = m.seal(&line);
+        }
+        line.push('\n');
+        self.stream.write_all(line.as_bytes())
     }
 
     /// One read into the buffer; Ok(false) at end of stream.
@@ -187,7 +203,7 @@ impl Lines {
                 Ok(n) => {
                     self.buf.extend_from_slice(&chunk[..n]);
                     if self.buf.len() > MAX_LINE {
-                        return Err(io::Error::other("a message longer than 16 MiB"));
+                        return Err(io::Error::other("a message longer than 1 MiB"));
                     }
                     return Ok(true);
                 }
@@ -197,18 +213,23 @@ impl Lines {
         }
     }
 
-    /// The next complete line in the buffer, without its newline.
-    pub fn next_line(&mut self) -> Option<String> {
-        let i = self.buf.iter().position(|&b| b == b'\n')?;
+    /// The next complete line in the buffer, without its newline (and its
+    /// MAC, which must match).
+    pub fn next_line(&mut self) -> io::Result<Option<String>> {
+        let Some(i) = self.buf.iter().position(|&b| b == b'\n') else { return Ok(None) };
         let line: Vec<u8> = self.buf.drain(..=i).collect();
-        Some(String::from_utf8_lossy(&line[..i]).trim().to_string())
+        let line = String::from_utf8_lossy(&line[..i]).trim().to_string();
+        match &mut self.mac {
+            Some(m) if !line.is_empty() => m.open(&line).map(Some).map_err(io::Error::other),
+            _ => Ok(Some(line)),
+        }
     }
 
     /// The next line, waiting until `deadline` (None: no limit). Ok(None)
     /// at end of stream; an error of kind TimedOut past the deadline.
     pub fn recv(&mut self, deadline: Option<Instant>) -> io::Result<Option<String>> {
         loop {
-            if let Some(l) = self.next_line() {
+            if let Some(l) = self.next_line()? {
                 if l.is_empty() {
                     continue;
                 }
@@ -249,7 +270,7 @@ mod tests {
             cwd: "/tmp".into(),
             home: "10.200.1.1:4000".into(),
             host: 1,
-            token: "0123456789abcdef0123456789abcdef".into(),
+            run_id: "0123456789abcdef0123456789abcdef".into(),
             version: PROTOCOL_VERSION,
             stack_limit: Some(8 << 20),
         }
@@ -293,12 +314,12 @@ mod tests {
 
     #[test]
     fn another_version_is_refused_by_name() {
-        let line = r#"{"spawn":{"version":2,"whatever":[]}}"#;
+        let line = r#"{"spawn":{"version":1,"whatever":[]}}"#;
         let e = parse_request(line).unwrap_err();
-        assert!(e.contains("protocol version 2, this node speaks 1"), "{e}");
+        assert!(e.contains("protocol version 1, this node speaks 2"), "{e}");
         let e = parse_request("GET / HTTP/1.1").unwrap_err();
         assert!(e.contains("not a JSON message"), "{e}");
-        let e = parse_request(r#"{"spawn":{"version":1}}"#).unwrap_err();
+        let e = parse_request(r#"{"spawn":{"version":2}}"#).unwrap_err();
         assert!(e.starts_with("bad request"), "{e}");
     }
 

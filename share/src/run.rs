@@ -18,6 +18,7 @@
 //! it directly, as the whole foreground group gets it). We exit with the
 //! program's status, 128 + signal if a signal ended it, like a shell.
 
+use crate::auth::{self, Key, LineMac};
 use crate::launch::{self, Place};
 use crate::proto::{self, Exit, Lines, Reply, Request, Spawn};
 use crate::stats;
@@ -39,7 +40,8 @@ use std::time::{Duration, Instant};
 /// page by page, and the nodes' threads make their system calls at home.
 #[derive(clap::Args, Debug)]
 #[command(override_usage = "bunkai share run --nodes ADDR,... [OPTIONS] -- PROGRAM [ARGS]...", after_help = "Start `bunkai share node --listen ADDR` on each node first. The program, its \
-libraries and bunkai must be at the same paths on every host. The program's output is the home \
+libraries and bunkai must be at the same paths on every host, and every host must hold the same \
+key (`bunkai share key`, then copy ~/.config/bunkai/share.key). The program's output is the home \
 host's; `-v` and `--json` write to stderr.\n\n\
 Examples:\n  \
   bunkai share run --nodes 10.0.0.2:7000,10.0.0.3:7000 -- pigz -p 3 -k big.tar\n  \
@@ -66,6 +68,9 @@ pub struct RunArgs {
     /// and per-host counters, on stderr
     #[arg(short, long)]
     pub verbose: bool,
+    /// The cluster key (default: $BUNKAI_SHARE_KEY, else ~/.config/bunkai/share.key)
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<std::path::PathBuf>,
     /// The program and its arguments, after `--`
     #[arg(trailing_var_arg = true, required = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -151,8 +156,16 @@ enum Ended {
     Lost(String),
 }
 
-/// Connects to one node and has it start replica `host`.
-fn start_node(addr: &str, host: u32, req: &Spawn, listen_ip: Option<Ipv4Addr>, port: u16, deadline: Instant) -> Result<Node, String> {
+/// Connects to one node, proves the key, and has it start replica `host`.
+fn start_node(
+    addr: &str,
+    host: u32,
+    req: &Spawn,
+    key: &Key,
+    listen_ip: Option<Ipv4Addr>,
+    port: u16,
+    deadline: Instant,
+) -> Result<Node, String> {
     let sa = match addr.to_socket_addrs() {
         Ok(v) => {
             let v: Vec<SocketAddr> = v.collect();
@@ -165,8 +178,17 @@ fn start_node(addr: &str, host: u32, req: &Spawn, listen_ip: Option<Ipv4Addr>, p
         Err(e) => return Err(format!("cannot resolve the name: {e} (check the name)")),
     };
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let s = TcpStream::connect_timeout(&sa, left).map_err(|e| connect_error(addr, &e))?;
+    let mut s = TcpStream::connect_timeout(&sa, left).map_err(|e| connect_error(addr, &e))?;
     proto::tune(&s);
+    let session = auth::client(&mut s, key, auth::ROLE_DAEMON).map_err(|e| match e {
+        auth::AuthError::WrongKey => {
+            "does not hold our key (copy ~/.config/bunkai/share.key to that host, or give --key)".to_string()
+        }
+        auth::AuthError::Closed | auth::AuthError::Protocol => {
+            "closed the connection during the handshake (it holds another key, or runs another version of bunkai)".to_string()
+        }
+        e => format!("handshake failed: {e} (check that `bunkai share node` runs there)"),
+    })?;
     let home_ip = match listen_ip {
         Some(ip) => ip,
         None => match s.local_addr().map(|a| a.ip()) {
@@ -182,6 +204,7 @@ fn start_node(addr: &str, host: u32, req: &Spawn, listen_ip: Option<Ipv4Addr>, p
     req.host = host;
     req.home = format!("{home_ip}:{port}");
     let mut conn = Lines::new(s);
+    conn.secure(LineMac::new(session, true));
     conn.send(&Request::Spawn(req)).map_err(|e| connect_error(addr, &e))?;
     let line = match conn.recv(Some(deadline)) {
         Ok(Some(l)) => l,
@@ -212,7 +235,17 @@ fn read_node(n: &mut Node) {
             return;
         }
     }
-    while let Some(l) = n.conn.next_line() {
+    loop {
+        let l = match n.conn.next_line() {
+            Ok(Some(l)) => l,
+            Ok(None) => break,
+            Err(e) => {
+                if n.ended.is_none() {
+                    n.ended = Some(Ended::Lost(format!("{e}")));
+                }
+                return;
+            }
+        };
         if let Ok(Reply::Exited(x)) = proto::parse_reply(&l) {
             if n.ended.is_none() {
                 n.ended = Some(Ended::Exit(x));
@@ -266,7 +299,7 @@ fn stop_nodes(nodes: &mut [Node]) {
             }
             match nodes[i].conn.fill() {
                 Ok(true) => {
-                    while nodes[i].conn.next_line().is_some() {}
+                    while let Ok(Some(_)) = nodes[i].conn.next_line() {}
                 }
                 _ => open[i] = false,
             }
@@ -290,12 +323,15 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         .to_str()
         .with_context(|| format!("program path {} is not UTF-8 (rename it)", program.display()))?
         .to_string();
-    let runtime = launch::runtime_path()?;
-    let env = launch::program_env(&launch::current_env()?, runtime.to_str().context("runtime path is not UTF-8")?);
+    let runtime = launch::runtime()?;
+    let key = crate::key::load(&crate::key::path(a.key.as_deref())?)?;
+    let env = launch::program_env(&launch::current_env()?, &runtime);
     let (listener, listen_ip) = listener(a.listen.as_deref())?;
     let port = listener.local_addr()?.port();
     let stats_file = sys::memfd("bunkai-share-stats", stats::BKS_STATS_SIZE).context("cannot create the stats memfd")?;
-    let token = sys::random_token().context("cannot get random bytes for the token")?;
+    let mut run_id = [0u8; 16];
+    sys::random_bytes(&mut run_id).context("cannot get random bytes for the run id")?;
+    let run_key = auth::run_key(&key, &run_id);
     // Unlimited (u64::MAX, RLIM_INFINITY) too: it selects the legacy layout.
     let stack_limit = sys::stack_limit().ok().map(|(soft, _)| soft);
     let mut argv = vec![program_s.clone()];
@@ -306,7 +342,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         cwd: cwd_s,
         home: String::new(),
         host: 0,
-        token: token.clone(),
+        run_id: crate::key::hex(&run_id),
         version: proto::PROTOCOL_VERSION,
         stack_limit,
     };
@@ -319,8 +355,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             .iter()
             .enumerate()
             .map(|(i, addr)| {
-                let req = &req;
-                sc.spawn(move || start_node(addr, i as u32 + 1, req, listen_ip, port, deadline))
+                let (req, key) = (&req, &key);
+                sc.spawn(move || start_node(addr, i as u32 + 1, req, key, listen_ip, port, deadline))
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("internal error".into()))).collect()
@@ -343,16 +379,19 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let sigfd = sys::signalfd(&[libc::SIGINT, libc::SIGTERM]).context("cannot set up signal handling")?;
     let lfd = listener.as_raw_fd();
     let sfd = stats_file.as_raw_fd();
+    let key_pipe = sys::pipe_with(&run_key).context("cannot pass the run key")?;
+    let kfd = key_pipe.as_raw_fd();
     let parent = std::process::id();
     let mut cmd = Command::new(&program);
     cmd.args(&a.command[1..])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("BUNKAI_SHARE", launch::home_value(lfd, nodes.len(), sfd, a.place, &token));
+        .env("BUNKAI_SHARE", launch::home_value(lfd, nodes.len(), sfd, a.place, kfd));
     unsafe {
         cmd.pre_exec(move || {
             sys::child_keep_fd(lfd)?;
             sys::child_keep_fd(sfd)?;
+            sys::child_keep_fd(kfd)?;
             sys::child_no_aslr()?;
             // If we are killed, the program goes too (and the nodes, seeing
             // our connections close, kill the replicas).
@@ -363,6 +402,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let mut child = cmd.spawn().with_context(|| format!("cannot start {program_s}"))?;
     drop(listener);
+    drop(key_pipe);
     let pid = child.id();
     let pidfd = sys::pidfd_open(pid).ok();
 
@@ -506,6 +546,10 @@ fn summary_json(exit: Exit, wall: Duration, names: &[String], st: Option<&stats:
         "wall_s": wall.as_secs_f64(),
         "runtime": st.is_some(),
         "mappings": st.map(|s| s.mappings).unwrap_or(0),
+        "converted": st.map(|s| s.converted).unwrap_or(0),
+        "retries": st.map(|s| s.retries).unwrap_or(0),
+        "zapped_pages": st.map(|s| s.zapped_pages).unwrap_or(0),
+        "refused": st.map(|s| s.refused).unwrap_or(0),
         "hosts": hosts,
         "threads": threads,
     });

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 pub const BKS_MAGIC: u32 = 0x314b_5342;
-pub const BKS_VERSION: u32 = 2;
+pub const BKS_VERSION: u32 = 3;
 pub const BKS_MAX_HOSTS: usize = 16;
 pub const BKS_MAX_THREADS: usize = 1024;
 pub const BKS_STATS_SIZE: u64 = 65536;
@@ -21,7 +21,11 @@ const OFF_FAILED_HOST: usize = 32;
 const OFF_FAILED_ERR: usize = 36;
 const OFF_ERROR: usize = 40;
 const ERROR_LEN: usize = 256;
-const OFF_HOST: usize = OFF_ERROR + ERROR_LEN;
+const OFF_RETRIES: usize = OFF_ERROR + ERROR_LEN;
+const OFF_CONVERTED: usize = OFF_RETRIES + 8;
+const OFF_REFUSED: usize = OFF_CONVERTED + 8;
+const OFF_ZAPPED: usize = OFF_REFUSED + 8;
+const OFF_HOST: usize = OFF_ZAPPED + 8;
 const HOST_SIZE: usize = 9 * 8;
 const OFF_THREAD: usize = OFF_HOST + BKS_MAX_HOSTS * HOST_SIZE;
 const THREAD_SIZE: usize = 4 * 4 + 8;
@@ -65,6 +69,14 @@ pub struct Stats {
     pub failed_host: u32,
     pub failed_err: i32,
     pub error: String,
+    /// Home-side userfaultfd calls retried after a mapping change in flight.
+    pub retries: u64,
+    /// File mappings made shared memory after start-up.
+    pub converted: u64,
+    /// Connections refused (no handshake, wrong key).
+    pub refused: u64,
+    /// Pages dropped on every host for madvise(MADV_DONTNEED) by a node's thread.
+    pub zapped_pages: u64,
     pub host: Vec<HostStats>,
     pub threads: Vec<ThreadStats>,
 }
@@ -133,6 +145,10 @@ pub fn parse(page: &[u8]) -> Result<Option<Stats>, String> {
         failed_host: u32_at(page, OFF_FAILED_HOST),
         failed_err: u32_at(page, OFF_FAILED_ERR) as i32,
         error: String::from_utf8_lossy(err).trim().to_string(),
+        retries: u64_at(page, OFF_RETRIES),
+        converted: u64_at(page, OFF_CONVERTED),
+        refused: u64_at(page, OFF_REFUSED),
+        zapped_pages: u64_at(page, OFF_ZAPPED),
         host,
         threads,
     }))
@@ -144,11 +160,16 @@ pub fn render(s: &Stats, names: &[String]) -> String {
     let name = |h: u32| names.get(h as usize).cloned().unwrap_or_else(|| format!("host {h}"));
     let mut out = String::new();
     out.push_str(&format!(
-        "bunkai share: thread management table ({} thread{}, {} mapping{} shared)\n",
+        "bunkai share: thread management table ({} thread{}, {} mapping{} shared, {} converted from files, {} retried after mapping changes, {} pages dropped everywhere, {} connection{} refused)\n",
         s.threads.len(),
         if s.threads.len() == 1 { "" } else { "s" },
         s.mappings,
-        if s.mappings == 1 { "" } else { "s" }
+        if s.mappings == 1 { "" } else { "s" },
+        s.converted,
+        s.retries,
+        s.zapped_pages,
+        s.refused,
+        if s.refused == 1 { "" } else { "s" }
     ));
     let hw = s.threads.iter().map(|t| name(t.host).len()).max().unwrap_or(4).max(4);
     out.push_str(&format!("  {:>6}  {:<hw$}  {:>8}  {:>10}  {}\n", "thread", "host", "executor", "syscalls", "state"));
@@ -207,6 +228,10 @@ mod tests {
         put64(&mut p, OFF_STARTED, 123);
         put64(&mut p, OFF_MAPPINGS, 7);
         p[OFF_ERROR..OFF_ERROR + 5].copy_from_slice(b"oops\n");
+        put64(&mut p, OFF_RETRIES, 4);
+        put64(&mut p, OFF_CONVERTED, 5);
+        put64(&mut p, OFF_REFUSED, 1);
+        put64(&mut p, OFF_ZAPPED, 6);
         for i in 0..9 {
             put64(&mut p, OFF_HOST + HOST_SIZE + 8 * i, 10 + i as u64);
         }
@@ -226,6 +251,7 @@ mod tests {
         let s = parse(&sample()).unwrap().unwrap();
         assert_eq!((s.hosts, s.started_ns, s.mappings), (2, 123, 7));
         assert_eq!(s.error, "oops");
+        assert_eq!((s.retries, s.converted, s.refused, s.zapped_pages), (4, 5, 1, 6));
         assert_eq!(s.host.len(), 2);
         assert_eq!(s.host[0], HostStats::default());
         assert_eq!(s.host[1].read_faults, 10);
@@ -239,7 +265,7 @@ mod tests {
             ]
         );
         let text = render(&s, &["home".into(), "10.200.1.2:7000".into()]);
-        assert!(text.contains("thread management table (2 threads, 7 mappings shared)"), "{text}");
+        assert!(text.contains("thread management table (2 threads, 7 mappings shared, 5 converted from files, 4 retried after mapping changes, 6 pages dropped everywhere, 1 connection refused)"), "{text}");
         assert!(text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["1", "10.200.1.2:7000", "4242", "99", "done"]), "{text}");
         assert!(text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["2", "home", "-", "0", "-"]), "{text}");
     }
@@ -267,10 +293,13 @@ mod tests {
 #include "bunkai_share.h"
 int main(void) {
   printf("%u %u %d %d %u\n", BKS_MAGIC, BKS_VERSION, BKS_MAX_HOSTS, BKS_MAX_THREADS, BKS_STATS_SIZE);
-  printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", offsetof(struct bks_stats, magic), offsetof(struct bks_stats, version),
+  printf("%u %d %d %d %zu %zu %zu\n", BKS_KEY_BYTES, BKS_AUTH_MS, BKS_ROLE_CONTROL, BKS_ROLE_THREAD,
+         sizeof(struct bks_auth_hello), sizeof(struct bks_auth_reply), sizeof(struct bks_auth_proof));
+  printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", offsetof(struct bks_stats, magic), offsetof(struct bks_stats, version),
          offsetof(struct bks_stats, hosts), offsetof(struct bks_stats, nthreads), offsetof(struct bks_stats, started_ns),
          offsetof(struct bks_stats, mappings), offsetof(struct bks_stats, failed_host), offsetof(struct bks_stats, failed_err),
-         offsetof(struct bks_stats, error), offsetof(struct bks_stats, host),
+         offsetof(struct bks_stats, error), offsetof(struct bks_stats, retries), offsetof(struct bks_stats, converted),
+         offsetof(struct bks_stats, refused), offsetof(struct bks_stats, zapped_pages), offsetof(struct bks_stats, host),
          offsetof(struct bks_stats, thread));
   printf("%zu %zu %zu %zu\n", sizeof(struct bks_host_stats), sizeof(struct bks_thread_stats),
          offsetof(struct bks_thread_stats, syscalls), sizeof(struct bks_stats));
@@ -281,19 +310,22 @@ int main(void) {
         .unwrap();
         let exe = dir.path().join("layout");
         let cc = std::process::Command::new("cc").arg("-I").arg(&inc).arg(&src).arg("-o").arg(&exe).status();
-        match cc {
-            Ok(st) if st.success() => {}
-            _ => {
-                eprintln!("skipped: no working cc to compile bunkai_share.h");
-                return;
-            }
-        }
+        assert!(
+            matches!(cc, Ok(st) if st.success()),
+            "cannot compile bunkai_share.h with cc (install gcc: scripts/install-deps.sh)"
+        );
         let out = std::process::Command::new(&exe).output().unwrap();
         let got = String::from_utf8(out.stdout).unwrap();
+        use crate::auth;
         let want = format!(
             "{BKS_MAGIC} {BKS_VERSION} {BKS_MAX_HOSTS} {BKS_MAX_THREADS} {BKS_STATS_SIZE}\n\
-             {OFF_MAGIC} {OFF_VERSION} {OFF_HOSTS} {OFF_NTHREADS} {OFF_STARTED} {OFF_MAPPINGS} {OFF_FAILED_HOST} {OFF_FAILED_ERR} {OFF_ERROR} {OFF_HOST} {OFF_THREAD}\n\
-             {HOST_SIZE} {THREAD_SIZE} 16 {STATS_BYTES}\n"
+             {} {} {} {} 48 64 32\n\
+             {OFF_MAGIC} {OFF_VERSION} {OFF_HOSTS} {OFF_NTHREADS} {OFF_STARTED} {OFF_MAPPINGS} {OFF_FAILED_HOST} {OFF_FAILED_ERR} {OFF_ERROR} {OFF_RETRIES} {OFF_CONVERTED} {OFF_REFUSED} {OFF_ZAPPED} {OFF_HOST} {OFF_THREAD}\n\
+             {HOST_SIZE} {THREAD_SIZE} 16 {STATS_BYTES}\n",
+            crate::key::KEY_BYTES,
+            auth::AUTH_TIME.as_millis(),
+            auth::ROLE_CONTROL,
+            auth::ROLE_THREAD
         );
         assert_eq!(got, want);
     }

@@ -98,9 +98,8 @@ pub fn memfd(name: &str, size: u64) -> io::Result<File> {
     Ok(f)
 }
 
-/// 16 random bytes as 32 lowercase hex digits (the run's token).
-pub fn random_token() -> io::Result<String> {
-    let mut b = [0u8; 16];
+/// Fills `b` from the kernel's random source.
+pub fn random_bytes(b: &mut [u8]) -> io::Result<()> {
     let mut got = 0;
     while got < b.len() {
         let r = unsafe { libc::getrandom(b[got..].as_mut_ptr() as *mut libc::c_void, b.len() - got, 0) };
@@ -113,7 +112,58 @@ pub fn random_token() -> io::Result<String> {
         }
         got += r as usize;
     }
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    Ok(())
+}
+
+/// A pipe holding `data` (at most a pipe's buffer), for a child to read:
+/// the read end, close-on-exec (the child clears the flag between fork and
+/// exec, reads it all and closes it). The write end is closed: the child
+/// sees the end after the data.
+pub fn pipe_with(data: &[u8]) -> io::Result<OwnedFd> {
+    let mut fds = [0 as libc::c_int; 2];
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) };
+    use std::io::Write;
+    (&w).write_all(data)?;
+    drop(w);
+    Ok(r)
+}
+
+/// An account to run as (`bunkai share node --user`).
+pub struct User {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+pub fn lookup_user(name: &str) -> io::Result<User> {
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::other("bad user name"))?;
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0u8; 16384];
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    let r = unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr() as *mut libc::c_char, buf.len(), &mut out) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    if out.is_null() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no user {name}")));
+    }
+    Ok(User { name: name.to_string(), uid: pw.pw_uid, gid: pw.pw_gid })
+}
+
+/// Drops to `u` for good: its groups, then its gid, then its uid.
+pub fn become_user(u: &User) -> io::Result<()> {
+    let c = std::ffi::CString::new(u.name.as_str()).map_err(|_| io::Error::other("bad user name"))?;
+    unsafe {
+        cvt(libc::initgroups(c.as_ptr(), u.gid as libc::gid_t))?;
+        cvt(libc::setgid(u.gid))?;
+        cvt(libc::setuid(u.uid))?;
+        // Root must not be regained.
+        if libc::setuid(0) == 0 {
+            return Err(io::Error::other("could still become root after dropping to the user"));
+        }
+    }
+    Ok(())
 }
 
 pub fn is_root() -> bool {

@@ -17,29 +17,54 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Every run here uses one cluster key, made once per test binary run
+/// (nodes and runs inherit BUNKAI_SHARE_KEY).
+fn setup() {
+    static KEY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let d = root().join("build/tests/share");
+        std::fs::create_dir_all(&d).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let k = d.join("share.key");
+        let out = Command::new(bunkai())
+            .args(["share", "key", "--force", "--key"])
+            .arg(&k)
+            .output()
+            .expect("bunkai share key");
+        assert!(out.status.success(), "bunkai share key: {}", text(&out.stderr));
+        std::env::set_var("BUNKAI_SHARE_KEY", &k);
+        k
+    });
+}
+
 /// The runtime next to the CLI under test (the CLI looks there too).
 fn runtime() -> PathBuf {
     bunkai().parent().unwrap().join("../lib/bunkai/libbunkai-share.so")
 }
 
-/// Whether a test needing `what` can run here; says why not otherwise.
+/// What a test needs; a missing prerequisite fails it with the fix (CI
+/// runs as root with everything built, so a skip could only hide a broken
+/// build).
 fn can_run(test: &str, root: bool, runtime_needed: bool) -> bool {
-    if root && !bunkai_share::sys::is_root() {
-        eprintln!("{test}: skipped: network and mount namespaces need root");
-        return false;
-    }
-    if runtime_needed && !runtime().exists() {
-        eprintln!("{test}: skipped: {} is missing (run make)", runtime().display());
-        return false;
+    assert!(
+        !root || bunkai_share::sys::is_root(),
+        "{test}: network and mount namespaces need root (run the tests as root)"
+    );
+    if runtime_needed {
+        for lib in [runtime(), runtime().with_file_name("libbunkai-share-audit.so")] {
+            assert!(lib.exists(), "{test}: {} is missing (run make)", lib.display());
+        }
     }
     true
 }
 
-/// A directory holding an empty libbunkai-share.so, for runs that fail
-/// before any program starts.
+/// A directory holding empty runtime libraries, for runs that fail before
+/// any program starts.
 fn stand_in_libdir() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("libbunkai-share.so"), b"").unwrap();
+    std::fs::write(d.path().join("libbunkai-share-audit.so"), b"").unwrap();
     d
 }
 
@@ -141,6 +166,7 @@ fn one_line(err: &str) {
 
 #[test]
 fn cli_errors_are_one_line() {
+    setup();
     let (code, err) = bunkai_fails(&["share", "run", "--bogus", "--", "true"]);
     assert_eq!(code, 2);
     one_line(&err);
@@ -163,6 +189,7 @@ fn cli_errors_are_one_line() {
 
 #[test]
 fn missing_runtime_is_named() {
+    setup();
     let empty = tempfile::tempdir().unwrap();
     let out = Command::new(bunkai())
         .args(["share", "run", "--nodes", "127.0.0.1:9", "--", "true"])
@@ -182,6 +209,7 @@ fn missing_runtime_is_named() {
 /// fix, at once.
 #[test]
 fn closed_port_fails_fast() {
+    setup();
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -195,39 +223,56 @@ fn closed_port_fails_fast() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
-/// The node's side of the protocol, spoken by hand: a program that does
-/// not exist there, another protocol version, a line that is not JSON.
+/// The cluster key every run here uses.
+fn cluster_key() -> bunkai_share::auth::Key {
+    setup();
+    bunkai_share::key::load(Path::new(&std::env::var_os("BUNKAI_SHARE_KEY").unwrap())).unwrap()
+}
+
+/// A connection to a node that has passed the handshake, as the CLI's.
+fn authenticated(addr: &str) -> bunkai_share::proto::Lines {
+    use bunkai_share::{auth, proto};
+    let mut s = TcpStream::connect(addr).unwrap();
+    let session = auth::client(&mut s, &cluster_key(), auth::ROLE_DAEMON).unwrap();
+    let mut c = proto::Lines::new(s);
+    c.secure(auth::LineMac::new(session, true));
+    c
+}
+
+/// The node's side of the protocol, spoken by hand after the handshake: a
+/// program that does not exist there, another protocol version, a line
+/// that is not JSON.
 #[test]
 fn node_refuses_what_it_cannot_run() {
+    setup();
     let node = Node::local();
     let ask = |line: &str| -> serde_json::Value {
-        let mut s = TcpStream::connect(&node.addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s.write_all(line.as_bytes()).unwrap();
-        s.write_all(b"\n").unwrap();
-        let mut r = BufReader::new(s);
-        let mut reply = String::new();
-        r.read_line(&mut reply).unwrap();
+        let mut c = authenticated(&node.addr);
+        let sealed = line.to_string();
+        // send the raw line through the MAC'd channel
+        c.send(&serde_json::from_str::<serde_json::Value>(&sealed).unwrap_or(serde_json::Value::String(sealed.clone())))
+            .unwrap();
+        let soon = Some(Instant::now() + Duration::from_secs(20));
+        let reply = c.recv(soon).unwrap().expect("an answer");
         let v: serde_json::Value = serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{reply:?}: {e}"));
         // One answer, then the node closes.
-        let mut rest = String::new();
-        assert_eq!(r.read_line(&mut rest).unwrap(), 0, "{rest}");
+        assert_eq!(c.recv(soon).unwrap(), None);
         v
     };
     let spawn = |argv: &str, version: u32| {
         format!(
-            r#"{{"spawn":{{"argv":[{argv}],"env":[["PATH","/usr/bin:/bin"]],"cwd":"/","home":"127.0.0.1:9","host":1,"token":"0123456789abcdef0123456789abcdef","version":{version}}}}}"#
+            r#"{{"spawn":{{"argv":[{argv}],"env":[["PATH","/usr/bin:/bin"]],"cwd":"/","home":"127.0.0.1:9","host":1,"run_id":"0123456789abcdef0123456789abcdef","version":{version}}}}}"#
         )
     };
-    let v = ask(&spawn(r#""/nonexistent/bunkai-test-prog""#, 1));
+    let v = ask(&spawn(r#""/nonexistent/bunkai-test-prog""#, 2));
     assert_eq!(
         v["error"],
         "program /nonexistent/bunkai-test-prog does not exist on this host (install it at the same path on every host)"
     );
-    let v = ask(&spawn(r#""/bin/true""#, 2));
-    assert_eq!(v["error"], "protocol version 2, this node speaks 1 (run the same bunkai on every host)");
+    let v = ask(&spawn(r#""/bin/true""#, 1));
+    assert_eq!(v["error"], "protocol version 1, this node speaks 2 (run the same bunkai on every host)");
     let v = ask("GET / HTTP/1.0");
-    assert!(v["error"].as_str().unwrap().starts_with("not a JSON message"), "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("bad request"), "{v}");
 }
 
 /// The same through the CLI: the program exists on the home host but not
@@ -235,6 +280,7 @@ fn node_refuses_what_it_cannot_run() {
 /// directory is an empty tmpfs).
 #[test]
 fn run_names_the_node_missing_the_program() {
+    setup();
     if !can_run("run_names_the_node_missing_the_program", true, false) {
         return;
     }
@@ -264,6 +310,7 @@ fn run_names_the_node_missing_the_program() {
 /// home; nothing moves (--place home), so any program works.
 #[test]
 fn run_starts_replicas_and_returns_the_status() {
+    setup();
     if !can_run("run_starts_replicas_and_returns_the_status", true, true) {
         return;
     }
@@ -350,6 +397,7 @@ fn fault_case(name: &str, fault: impl FnOnce(&Hosts, &mut Node, &Child)) -> Opti
 
 #[test]
 fn node_vanishing_fails_the_run() {
+    setup();
     let Some(f) = fault_case("node_vanishing_fails_the_run", |_, node, _| {
         let _ = node.child.kill();
     }) else {
@@ -368,6 +416,7 @@ fn node_vanishing_fails_the_run() {
 
 #[test]
 fn cut_link_fails_the_run() {
+    setup();
     let Some(f) = fault_case("cut_link_fails_the_run", |h, _, _| h.cut_link(1).unwrap()) else {
         return;
     };
@@ -383,6 +432,7 @@ fn cut_link_fails_the_run() {
 /// report it, and the replica goes with it.
 #[test]
 fn sigterm_stops_the_run_everywhere() {
+    setup();
     let Some(f) = fault_case("sigterm_stops_the_run_everywhere", |_, _, run| {
         bunkai_share::sys::kill(run.id(), 15);
     }) else {
@@ -458,6 +508,7 @@ fn summary(err: &str) -> serde_json::Value {
 /// ran on the nodes.
 #[test]
 fn threads_run_on_the_nodes_with_the_native_transcript() {
+    setup();
     if !can_run("threads_run_on_the_nodes_with_the_native_transcript", true, true) {
         return;
     }
@@ -495,6 +546,7 @@ fn threads_run_on_the_nodes_with_the_native_transcript() {
 /// mount namespace): threads on the nodes open, write, read and unlink them.
 #[test]
 fn remote_threads_use_files_only_the_home_host_has() {
+    setup();
     if !can_run("remote_threads_use_files_only_the_home_host_has", true, true) {
         return;
     }
@@ -521,6 +573,7 @@ fn remote_threads_use_files_only_the_home_host_has() {
 /// three hosts: byte-identical to the native run.
 #[test]
 fn pigz_across_three_hosts_is_byte_identical() {
+    setup();
     if !can_run("pigz_across_three_hosts_is_byte_identical", true, true) {
         return;
     }
@@ -560,6 +613,7 @@ fn pigz_across_three_hosts_is_byte_identical() {
 /// (SIGSEGV), with a line naming the thread and the address.
 #[test]
 fn a_crash_on_a_node_ends_the_run_with_its_signal() {
+    setup();
     if !can_run("a_crash_on_a_node_ends_the_run_with_its_signal", true, true) {
         return;
     }
@@ -578,6 +632,7 @@ fn a_crash_on_a_node_ends_the_run_with_its_signal() {
 /// and nothing is left behind.
 #[test]
 fn a_node_dying_under_a_remote_thread_fails_the_run() {
+    setup();
     if !can_run("a_node_dying_under_a_remote_thread_fails_the_run", true, true) {
         return;
     }

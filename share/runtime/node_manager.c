@@ -1,0 +1,361 @@
+/* node_manager.c: the memory control part on a node (a replica). The
+ * replica's main thread becomes this manager: it asks home for the pages
+ * the node's threads fault on, and carries out every control message in
+ * the order home sent it (home_manager.c explains the protocol). It is
+ * the only thread that changes the node's mappings. Thread connections
+ * are accepted by a thread of their own (acceptor), so that a peer that
+ * connects and says nothing cannot stall the pages. Rules: runtime.h. */
+#include "runtime.h"
+#include <linux/futex.h>
+#include <linux/userfaultfd.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+
+static void drop(uint64_t p, uint64_t len) {
+  if (sc3(SYS_madvise, p, len, MADV_DONTNEED_LOCKED) == -EINVAL) sc3(SYS_madvise, p, len, MADV_DONTNEED);
+}
+
+/* ------------------------------------------------------------------ */
+/* Fresh ranges: pages of mappings this node's threads made, still
+ * untouched zeros owned by this node (BKS_FRESH): their first touch is
+ * filled here, with no round trip. A page leaves the set when it is filled
+ * or when home says anything about it.                                */
+
+static struct rangeset fresh;
+
+/* First touches out of order split ranges; past this many, a range that
+ * would split goes whole instead (its other pages then take the ordinary
+ * path, where home answers with zeros: slower, still right), so the set
+ * stays small. */
+#define FRESH_MAX 4096
+
+static int fresh_take(uint64_t a, uint64_t b) {
+  if (!fresh.n) return 0;
+  return rs_cut(&fresh, a, b, fresh.n < FRESH_MAX);
+}
+
+/* ------------------------------------------------------------------ */
+/* Requests this node has sent and not yet had answered: one per page
+ * and mode at most (a write request after a read request is a second
+ * one). Home answers every request with GRANT or GONE.                */
+
+struct out {
+  uint64_t page;
+  uint16_t count;
+  uint8_t mode;
+};
+#define OUTS 4096 /* a power of two, at least twice the threads a node can run */
+static struct out outs[OUTS];
+
+static unsigned slot_of(uint64_t page) { return (unsigned)((page >> 12) * 0x9E3779B97F4A7C15ull >> 52) & (OUTS - 1); }
+
+static struct out *out_find(uint64_t page) {
+  for (unsigned k = slot_of(page);; k = (k + 1) & (OUTS - 1)) {
+    if (outs[k].page == page) return &outs[k];
+    if (!outs[k].page) return 0;
+  }
+}
+static struct out *out_add(uint64_t page) {
+  for (unsigned k = slot_of(page);; k = (k + 1) & (OUTS - 1))
+    if (!outs[k].page) {
+      outs[k] = (struct out){page, 0, 0};
+      return &outs[k];
+    }
+}
+/* One answer came: forget the page when none is left (deletion by
+ * shifting back, so lookups need no tombstones). */
+static void out_done(uint64_t page) {
+  struct out *o = out_find(page);
+  if (!o || --o->count) return;
+  unsigned i = (unsigned)(o - outs);
+  outs[i].page = 0;
+  for (unsigned j = (i + 1) & (OUTS - 1); outs[j].page; j = (j + 1) & (OUTS - 1)) {
+    unsigned h = slot_of(outs[j].page);
+    /* can j's entry move to the hole at i? only if its home slot is not in (i, j] */
+    if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
+      outs[i] = outs[j];
+      outs[j].page = 0;
+      i = j;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* This node's own mappings                                            */
+
+static char *maps;
+#define NODE_MAPS_CAP (4l << 20)
+
+/* The parts of [s, e) this node has mapped (not ours), in order. */
+static int mapped_runs(uint64_t s, uint64_t e, struct range *out, int cap) {
+  read_maps(maps, NODE_MAPS_CAP);
+  const char *p = maps;
+  struct vma v;
+  int n = 0;
+  while (next_vma(&p, &v)) {
+    if (v.end <= s || v.start >= e || ours(&v)) continue;
+    uint64_t lo = v.start > s ? v.start : s, hi = v.end < e ? v.end : e;
+    if (n && out[n - 1].end == lo) out[n - 1].end = hi; /* adjacent mappings: one run */
+    else if (n < cap) out[n++] = (struct range){lo, hi};
+    else die("more than %d mappings in 0x%x-0x%x", cap, (long)s, (long)e, 0);
+  }
+  return n;
+}
+
+static struct range runs[4096];
+
+/* MAP: shared memory home has; map what of it is not mapped here. */
+static void map_shared(uint64_t s, uint64_t e, int prot) {
+  int n = mapped_runs(s, e, runs, 4096);
+  uint64_t at = s;
+  for (int i = 0; i <= n; i++) {
+    uint64_t gap_end = i < n ? runs[i].start : e;
+    if (gap_end > at) {
+      long r = sc6(SYS_mmap, at, gap_end - at, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+      if (r != (long)at) die("cannot map 0x%x-0x%x (%d)", (long)at, (long)gap_end, r, 0);
+      if (uffd_register(at, gap_end)) die("cannot register 0x%x-0x%x with userfaultfd", (long)at, (long)gap_end, 0, 0);
+    }
+    if (i < n) {
+      sc3(SYS_mprotect, runs[i].start, runs[i].end - runs[i].start, prot); /* home's protection now */
+      at = runs[i].end;
+    }
+  }
+}
+
+/* FRESH: a new mapping of one of our threads; its pages are ours. */
+static void map_fresh(uint64_t s, uint64_t e, int prot) {
+  long r = sc6(SYS_mmap, s, e - s, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (r != (long)s)
+    die("internal error: a fresh mapping at 0x%x-0x%x overlaps one of ours (%d; please report)", (long)s, (long)e, r, 0);
+  if (uffd_register(s, e)) die("cannot register 0x%x-0x%x with userfaultfd", (long)s, (long)e, 0, 0);
+  rs_add(&fresh, s, e);
+}
+
+/* REMAP: home moved [from, from + len) to to; what we hold moves too. */
+static void remap(uint64_t from, uint64_t to, uint64_t len) {
+  fresh_take(from, from + len);
+  fresh_take(to, to + len);
+  sc2(SYS_munmap, to, len); /* nothing of ours can be there: an UNMAP said so first */
+  int n = mapped_runs(from, from + len, runs, 4096);
+  for (int i = 0; i < n; i++) {
+    uint64_t l = runs[i].end - runs[i].start;
+    long r = sc5(SYS_mremap, runs[i].start, l, l, MREMAP_MAYMOVE | MREMAP_FIXED, to + (runs[i].start - from));
+    if (r < 0) die("cannot move 0x%x-0x%x as home did (%d)", (long)runs[i].start, (long)runs[i].end, r, 0);
+  }
+  uffd_wake(from, len);
+  uffd_wake(to, len);
+}
+
+static void protect(uint64_t s, uint64_t len, int prot) {
+  int n = mapped_runs(s, s + len, runs, 4096);
+  for (int i = 0; i < n; i++) sc3(SYS_mprotect, runs[i].start, runs[i].end - runs[i].start, prot);
+}
+
+/* ------------------------------------------------------------------ */
+/* Control messages                                                    */
+
+static void control(struct bks_msg *m, char *pl) {
+  static uint8_t data[PAGE] __attribute__((aligned(64)));
+  uint64_t page = m->a;
+  switch (m->type) {
+  case BKS_GRANT: {
+    out_done(page);
+    int ro = m->b == 1;
+    long e;
+    if (m->len == PAGE) {
+      e = uffd_copy(page, pl, ro);
+      if (e == -EEXIST)
+        die("internal error: home sent page 0x%x, which is here already (please report)", (long)page, 0, 0, 0);
+    } else if (m->c & BKS_GRANT_ZERO) {
+      e = uffd_copy(page, zero_page, ro);
+      if (e == -EEXIST) e = uffd_wp(page, PAGE, ro);
+    } else {
+      if (!page_here(page))
+        die("internal error: home says page 0x%x is here, and it is not (please report)", (long)page, 0, 0, 0);
+      e = uffd_wp(page, PAGE, ro);
+    }
+    uffd_wake(page, PAGE); /* write protection set, or a failure: nothing else woke them */
+    break;
+  }
+  case BKS_GONE:
+    out_done(page);
+    uffd_wake(page, PAGE);
+    break;
+  case BKS_FETCH:
+  case BKS_DOWNGRADE:
+  case BKS_TAKE: {
+    fresh_take(page, page + PAGE);
+    int here = page_here(page);
+    if (m->type == BKS_DOWNGRADE && !here) {
+      /* an untouched page of ours: the read-only copy we keep is zeros */
+      uffd_copy(page, zero_page, 1);
+    } else if (m->type != BKS_FETCH) {
+      uffd_wp(page, PAGE, 1);
+    }
+    if (here && mem_read(page, data, PAGE)) send_msg(g.hosts[0].fd, BKS_DATA, page, 0, 0, data, PAGE);
+    else send_msg(g.hosts[0].fd, BKS_DATA, page, 0, 0, 0, 0);
+    if (m->type == BKS_TAKE) drop(page, PAGE);
+    break;
+  }
+  case BKS_INVALIDATE:
+    fresh_take(page, page + PAGE);
+    drop(page, PAGE);
+    send_msg(g.hosts[0].fd, BKS_ACK, page, 0, 0, 0, 0);
+    break;
+  case BKS_ZAP:
+    fresh_take(m->a, m->b);
+    drop(m->a, m->b - m->a);
+    send_msg(g.hosts[0].fd, BKS_ACK, m->a, 0, 0, 0, 0);
+    break;
+  case BKS_MAP:
+    map_shared(m->a, m->b, (int)m->c);
+    break;
+  case BKS_FRESH:
+    map_fresh(m->a, m->b, (int)m->c);
+    break;
+  case BKS_UNMAP:
+    fresh_take(m->a, m->b);
+    sc2(SYS_munmap, m->a, m->b - m->a);
+    uffd_wake(m->a, m->b - m->a); /* threads waiting there see the unmap */
+    break;
+  case BKS_REMAP:
+    remap(m->a, m->b, m->c);
+    break;
+  case BKS_PROTECT:
+    protect(m->a, m->b, (int)m->c);
+    break;
+  case BKS_QUIT:
+    sc1(SYS_exit_group, (long)m->a);
+    break;
+  default:
+    die("unexpected message from home (type %d)", m->type, 0, 0, 0);
+  }
+}
+
+/* A fault of one of our threads. */
+static void fault(struct uffd_msg *msg) {
+  uint64_t f = msg->arg.pagefault.flags;
+  uint64_t page = PAGE_DOWN(msg->arg.pagefault.address);
+  int wp = (f & UFFD_PAGEFAULT_FLAG_WP) != 0;
+  int write = wp || (f & UFFD_PAGEFAULT_FLAG_WRITE);
+  if (!wp && fresh_take(page, page + PAGE)) {
+    if (uffd_copy(page, zero_page, 0) == -EEXIST) uffd_wake(page, PAGE);
+    return;
+  }
+  int mode = write ? 2 : 1;
+  struct out *o = out_find(page);
+  if (o && o->mode >= mode) return; /* asked already: the answer wakes every thread waiting there */
+  if (!o) o = out_add(page);
+  o->mode = (uint8_t)mode;
+  o->count++;
+  send_msg(g.hosts[0].fd, BKS_PAGE_REQ, page, (write ? BKS_REQ_WRITE : 0) | (wp ? BKS_REQ_HAVE : 0), 0, 0, 0);
+}
+
+/* Waits for any of pf: first by polling without sleeping for a while after
+ * the last activity (a cross-core wakeup costs about 9 us here), then
+ * blocking. */
+static long spin_poll(struct pollfd *pf, int n) {
+  static uint64_t last;
+  const uint64_t spin_ns = 100000;
+  if (now_ns() - last < spin_ns) {
+    for (;;) {
+      long r = sc3(SYS_poll, pf, n, 0);
+      if (r) {
+        last = now_ns();
+        return r;
+      }
+      sc0(SYS_sched_yield);
+      if (now_ns() - last > spin_ns) break;
+    }
+  }
+  long r = sc3(SYS_poll, pf, n, -1);
+  last = now_ns();
+  return r;
+}
+
+void node_manager(void) {
+  static char pl[PAGE + 512];
+  maps = priv_alloc(NODE_MAPS_CAP);
+  struct pollfd pf[2];
+  for (;;) {
+    pf[0] = (struct pollfd){g.uffd, POLLIN, 0};
+    pf[1] = (struct pollfd){g.hosts[0].fd, POLLIN, 0};
+    long r = spin_poll(pf, 2);
+    if (r < 0) continue;
+    if (pf[0].revents) {
+      struct uffd_msg msgs[16];
+      long n = sc3(SYS_read, g.uffd, msgs, sizeof msgs);
+      for (long i = 0; n > 0 && i < n / (long)sizeof msgs[0]; i++)
+        if (msgs[i].event == UFFD_EVENT_PAGEFAULT) fault(&msgs[i]);
+    }
+    if (pf[1].revents) {
+      struct bks_msg m;
+      int e = recv_msg(g.hosts[0].fd, &m, pl, sizeof pl);
+      if (e) sc1(SYS_exit_group, 0); /* the program ended at home (or home is gone: the CLI says so) */
+      control(&m, pl);
+      __atomic_add_fetch(&g.processed, 1, __ATOMIC_RELEASE);
+      if (__atomic_load_n(&g.processed_waiters, __ATOMIC_ACQUIRE))
+        sc6(SYS_futex, (long)&g.processed, FUTEX_WAKE_PRIVATE, 1 << 30, 0, 0, 0);
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* The acceptor: thread connections from home's executors              */
+
+static void ip_text(uint32_t ip, char *out) {
+  long a[4] = {ip & 255, (ip >> 8) & 255, (ip >> 16) & 255, ip >> 24};
+  fmt(out, 16, "%d.%d.%d.%d", a);
+}
+
+static void refuse(int fd, uint32_t ip, uint16_t port, const char *why) {
+  char t[16];
+  ip_text(ip, t);
+  say("bunkai share: node %d: refused a thread connection from %s:%d (%s)", g.self, (long)t, port, (long)why);
+  sc1(SYS_close, fd);
+}
+
+static void acceptor(void *unused) {
+  (void)unused;
+  for (;;) {
+    struct sockaddr_in a;
+    int alen = sizeof a;
+    int fd = (int)sc4(SYS_accept4, g.listen_fd, &a, &alen, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (fd != -EINTR && fd != -ECONNABORTED) sleep_ms(10);
+      continue;
+    }
+    fd = hide_fd(fd);
+    uint16_t port = __builtin_bswap16(a.sin_port);
+    if (a.sin_addr.s_addr != g.home_ip) {
+      refuse(fd, a.sin_addr.s_addr, port, "not the home host");
+      continue;
+    }
+    int e = auth_server(fd, BKS_ROLE_THREAD);
+    if (e) {
+      refuse(fd, a.sin_addr.s_addr, port, auth_error(e));
+      continue;
+    }
+    struct bks_msg m;
+    struct bks_start st;
+    uint64_t deadline = now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull;
+    if (rd_deadline(fd, &m, sizeof m, deadline) || m.type != BKS_START || m.len != sizeof st ||
+        rd_deadline(fd, &st, sizeof st, deadline)) {
+      refuse(fd, a.sin_addr.s_addr, port, "no START after the handshake");
+      continue;
+    }
+    tune_socket(fd);
+    remote_thread_spawn(fd, &st);
+  }
+}
+
+void start_acceptor(void) {
+  char *stack = priv_alloc(256 * 1024);
+  long r = __bunkai_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM,
+                          stack + 256 * 1024, 0, acceptor, 0);
+  if (r < 0) die("cannot start the acceptor thread (%d)", r, 0, 0, 0);
+}

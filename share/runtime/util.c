@@ -1,0 +1,172 @@
+/* util.c: the runtime's own small library: memory and strings (libc's
+ * memcpy reads libc data, which is the program's), a formatter, errors,
+ * the private region, locks, time, random bytes. Rules: runtime.h. */
+#include "runtime.h"
+#include <linux/futex.h>
+
+struct runtime g;
+
+void *memcpy(void *d, const void *s, size_t n) {
+  void *r = d;
+  __asm__ volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");
+  return r;
+}
+void *memset(void *d, int c, size_t n) {
+  void *r = d;
+  __asm__ volatile("rep stosb" : "+D"(d), "+c"(n) : "a"(c) : "memory");
+  return r;
+}
+size_t slen(const char *s) {
+  size_t n = 0;
+  while (s[n]) n++;
+  return n;
+}
+int sprefix(const char *s, const char *p) {
+  while (*p)
+    if (*s++ != *p++) return 0;
+  return 1;
+}
+int sequal(const char *a, const char *b) {
+  while (*a && *a == *b) a++, b++;
+  return *a == *b;
+}
+uint64_t parse_u(const char **p, int base) {
+  uint64_t v = 0;
+  const char *s = *p;
+  for (;; s++) {
+    int d;
+    if (*s >= '0' && *s <= '9') d = *s - '0';
+    else if (base == 16 && *s >= 'a' && *s <= 'f') d = *s - 'a' + 10;
+    else break;
+    v = v * (uint64_t)base + (uint64_t)d;
+  }
+  *p = s;
+  return v;
+}
+
+/* A small formatter: %s %d %u %x %c (longs for the numbers). */
+size_t fmt(char *out, size_t cap, const char *f, const long *args) {
+  size_t n = 0;
+  int k = 0;
+#define PUT(c) do { if (n + 1 < cap) out[n] = (c); n++; } while (0)
+  for (; *f; f++) {
+    if (*f != '%') { PUT(*f); continue; }
+    f++;
+    if (*f == 's') {
+      const char *s = (const char *)args[k++];
+      if (!s) s = "(null)";
+      while (*s) PUT(*s++);
+    } else if (*f == 'c') {
+      PUT((char)args[k++]);
+    } else if (*f == 'd' || *f == 'u' || *f == 'x') {
+      long v = args[k++];
+      char b[24];
+      int m = 0, neg = 0;
+      uint64_t u = (uint64_t)v;
+      unsigned base = *f == 'x' ? 16 : 10;
+      if (*f == 'd' && v < 0) neg = 1, u = (uint64_t)(-v);
+      do { b[m++] = "0123456789abcdef"[u % base]; u /= base; } while (u);
+      if (neg) PUT('-');
+      while (m) PUT(b[--m]);
+    } else {
+      PUT('%');
+      PUT(*f);
+    }
+  }
+  if (cap) out[n < cap ? n : cap - 1] = 0;
+  return n < cap ? n : cap - 1;
+#undef PUT
+}
+
+void say(const char *f, long a0, long a1, long a2, long a3) {
+  long args[4] = {a0, a1, a2, a3};
+  char b[512];
+  size_t n = fmt(b, sizeof b - 1, f, args);
+  b[n++] = '\n';
+  sc3(SYS_write, 2, b, n);
+}
+
+/* A fatal error: one line on stderr, recorded in the stats page (home) or
+ * sent to the home host (node), then the whole process ends. */
+void die(const char *f, long a0, long a1, long a2, long a3) {
+  static volatile int dying;
+  if (__atomic_exchange_n(&dying, 1, __ATOMIC_SEQ_CST))
+    for (;;) sc0(SYS_pause); /* another thread is reporting; it ends the process */
+  long args[4] = {a0, a1, a2, a3};
+  char line[400], b[460];
+  fmt(line, sizeof line, f, args);
+  size_t n;
+  if (g.role == ROLE_REPLICA) {
+    long a[2] = {g.self, (long)line};
+    n = fmt(b, sizeof b - 1, "bunkai share: node %d: %s", a);
+  } else {
+    long a[1] = {(long)line};
+    n = fmt(b, sizeof b - 1, "bunkai share: %s", a);
+  }
+  if (g.role == ROLE_HOME && g.stats && !g.stats->error[0])
+    memcpy(g.stats->error, line, slen(line) < 255 ? slen(line) : 255);
+  if (g.role == ROLE_REPLICA && g.hosts[0].fd > 0) {
+    struct bks_msg m = {BKS_ERROR, (uint32_t)slen(line), 0, 0, 0};
+    wr_all(g.hosts[0].fd, &m, sizeof m);
+    wr_all(g.hosts[0].fd, line, m.len);
+  }
+  b[n++] = '\n';
+  /* at home, `bunkai share run` prints the stats page's error line */
+  if (!(g.role == ROLE_HOME && g.stats)) sc3(SYS_write, 2, b, n);
+  sc1(SYS_exit_group, 125);
+  __builtin_unreachable();
+}
+
+void *priv_alloc(uint64_t size) {
+  size = PAGE_UP(size);
+  uint64_t at = __atomic_fetch_add(&g.priv_next, size + PAGE, __ATOMIC_SEQ_CST); /* + a guard page */
+  if (at + size > BKS_PRIVATE_BASE + BKS_PRIVATE_SIZE) die("private region exhausted", 0, 0, 0, 0);
+  long r = sc3(SYS_mprotect, at, size, PROT_READ | PROT_WRITE);
+  if (r) die("mprotect of the private region failed (%d)", r, 0, 0, 0);
+  return (void *)at;
+}
+
+/* Locks: spin, then futex. */
+void lock(volatile int *l) {
+  int spins = 0;
+  while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+    if (++spins > 100) sc6(SYS_futex, (long)l, FUTEX_WAIT_PRIVATE, 1, 0, 0, 0);
+}
+void unlock(volatile int *l) {
+  __atomic_store_n(l, 0, __ATOMIC_RELEASE);
+  sc6(SYS_futex, (long)l, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+}
+
+uint64_t now_ns(void) {
+  struct timespec ts;
+  sc2(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  sc2(SYS_nanosleep, &ts, 0);
+}
+
+/* Moves a descriptor of ours out of the program's way: the lowest free
+ * number from 1000 up (numbers are reused as ours are closed, so they stay
+ * under the usual limit of 1024). */
+int hide_fd(int fd) {
+  if (fd < 0) return fd;
+  long r = sc3(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 1000);
+  if (r < 0) return fd;
+  sc1(SYS_close, fd);
+  return (int)r;
+}
+
+int random_bytes(void *b, size_t n) {
+  char *p = b;
+  while (n) {
+    long r = sc3(SYS_getrandom, p, n, 0);
+    if (r == -EINTR) continue;
+    if (r <= 0) return -1;
+    p += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
