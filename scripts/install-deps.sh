@@ -16,8 +16,9 @@ PKGS=(
   sshfs openssh-server openssh-client                # Table 8 mode (b): the original over SSHFS
   valgrind gcc libc6-dev                             # trace: the Valgrind tool API; the tool is built with gcc, as Valgrind is
   apache2-bin                                        # trace case study: Apache httpd (run by hand, -X, loopback only)
-  iproute2                                           # network namespaces for share/scatter benches
-  pigz xz-utils strace                               # share: real multithreaded programs from Debian (pigz -p 3, xz -T3)
+  iproute2 iputils-ping                              # network namespaces for share/scatter tests and benches
+  pigz lbzip2 xz-utils zstd strace                   # share: real multithreaded programs from Debian (pigz -p 3, lbzip2 -n 3, xz -T3)
+  libsqlite3-0 libssl3 liblzma5                      # share: libraries its tests dlopen from threads on other hosts
   cmake ninja-build make pkg-config                  # build of the C/C++ parts
   dpkg-dev tcl                                       # apt-get source; SQLite's amalgamation needs tclsh
   libevent-dev libmemcached-tools                    # flow case study: memcached from source (libevent), memcaslap load

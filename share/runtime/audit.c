@@ -3,10 +3,10 @@
  * LA_ACT_CONSISTENT when it has mapped new objects (dlopen, and glibc's
  * own loads such as NSS modules) and before it relocates them; if this is
  * a shared process on its home host, we ring the runtime's doorbell
- * (start.c), whose manager makes the new objects' writable parts shared
- * memory before anything is written there. Everything else (other
- * processes that inherited LD_AUDIT, the replicas, start-up) returns at
- * once.
+ * (start.c) with the load addresses la_objopen gave us for the new
+ * objects, and its manager makes their writable parts shared memory
+ * before anything is written there. Everything else (other processes that
+ * inherited LD_AUDIT, the replicas, start-up) returns at once.
  *
  * Rules: this module lives in a link namespace of its own, so it cannot
  * see the runtime's data; it finds the doorbell at a fixed address and
@@ -27,20 +27,44 @@ struct doorbell {
   uint64_t magic;
   uint32_t pid;
   uint32_t pad;
-  void (*loaded)(void);
+  void (*loaded)(const uint64_t *bases, int n);
 };
 
+/* The public head of glibc's struct link_map (<link.h>). */
+struct link_map_head {
+  uintptr_t l_addr;
+};
+
+#define MAX_NEW 32
+static uint64_t new_bases[MAX_NEW];
+static int nnew; /* > MAX_NEW: too many to name */
+
+/* The doorbell, if this process is a shared process on its home host. */
+static int doorbell(struct doorbell *d) {
+  long pid = sc0(SYS_getpid);
+  struct iovec local = {d, sizeof *d}, remote = {(void *)BKS_PRIVATE_BASE, sizeof *d};
+  if (sc6(SYS_process_vm_readv, pid, (long)&local, 1, (long)&remote, 1, 0) != (long)sizeof *d) return 0;
+  return d->magic == DOORBELL_MAGIC && d->pid == (uint32_t)pid && d->loaded;
+}
+
 __attribute__((visibility("default"))) unsigned int la_version(unsigned int version) {
-  return version >= 1 ? 1 : 0; /* la_activity is in version 1 */
+  return version >= 1 ? 1 : 0; /* la_objopen and la_activity are in version 1 */
+}
+
+__attribute__((visibility("default"))) unsigned int la_objopen(struct link_map_head *map, long lmid, uintptr_t *cookie) {
+  (void)lmid, (void)cookie;
+  struct doorbell d;
+  if (!doorbell(&d)) return 0;
+  if (nnew < MAX_NEW) new_bases[nnew] = map->l_addr;
+  nnew++;
+  return 0; /* no symbol binding callbacks */
 }
 
 __attribute__((visibility("default"))) void la_activity(uintptr_t *cookie, unsigned int flag) {
   (void)cookie;
-  if (flag != LA_ACT_CONSISTENT) return;
+  if (flag != LA_ACT_CONSISTENT || !nnew) return;
   struct doorbell d;
-  long pid = sc0(SYS_getpid);
-  struct iovec local = {&d, sizeof d}, remote = {(void *)BKS_PRIVATE_BASE, sizeof d};
-  if (sc6(SYS_process_vm_readv, pid, (long)&local, 1, (long)&remote, 1, 0) != (long)sizeof d) return;
-  if (d.magic != DOORBELL_MAGIC || d.pid != (uint32_t)pid || !d.loaded) return;
-  d.loaded();
+  int n = nnew;
+  nnew = 0;
+  if (doorbell(&d)) d.loaded(new_bases, n > MAX_NEW ? -1 : n);
 }

@@ -76,9 +76,10 @@ void pin_tid_word(void) {
   if (sc2(SYS_prctl, PR_GET_TID_ADDRESS, &tidp) || !tidp) return;
   int pidfd = (int)sc2(SYS_pidfd_open, sc0(SYS_gettid), 0x80 /* PIDFD_THREAD */);
   if (pidfd >= 0) {
-    pidfd = hide_fd(pidfd);
-    struct item it = {.kind = ITEM_PIN, .page = PAGE_DOWN(tidp), .pidfd = pidfd};
-    ask_manager(&it);
+    struct item *it = item_get(); /* not on this stack: it may be a program thread's */
+    it->kind = ITEM_PIN, it->page = PAGE_DOWN(tidp), it->pidfd = hide_fd(pidfd);
+    ask_manager(it);
+    item_put(it);
   }
   __atomic_fetch_add((volatile int *)tidp, 0, __ATOMIC_SEQ_CST);
 }

@@ -547,19 +547,30 @@ static void mapinfo(struct item *it) {
 }
 
 /* The dynamic linker has mapped new objects (dlopen; the doorbell rings
- * before it relocates them): their writable parts (data, and RELRO, which
- * is still writable then) become shared memory now, before anything is
- * written there; their text stays a file mapping until a node touches it. */
-static void prepare(void) {
+ * before it relocates them): the writable parts of their file mappings
+ * (data, and RELRO, which is still writable then) become shared memory
+ * now, before anything is written there; their text stays a file mapping
+ * until a node touches it. An object is found by its load address: the
+ * mapping there names the file, and the object's other mappings are those
+ * of the same file after it. */
+static void prepare(struct item *it) {
   drain_events();
   read_maps(maps_buf, MAPS_CAP);
   static struct vma todo_v[256];
-  int n = 0;
+  static uint64_t inodes[ITEM_BASES], lows[ITEM_BASES];
+  int ni = 0, n = 0;
   const char *p = maps_buf;
   struct vma v;
+  /* the file each new object was mapped from */
+  while (next_vma(&p, &v))
+    for (int b = 0; b < it->nbases; b++)
+      if (v.inode && it->bases[b] >= v.start && it->bases[b] < v.end) inodes[ni] = v.inode, lows[ni++] = v.start;
+  p = maps_buf;
   while (next_vma(&p, &v) && n < 256) {
     if (ours(&v) || v.shared || v.inode == 0 || !(v.prot & PROT_WRITE) || rs_overlaps(&regs, v.start, v.end)) continue;
-    todo_v[n++] = v;
+    int mine = it->nbases < 0;
+    for (int k = 0; k < ni && !mine; k++) mine = v.inode == inodes[k] && v.start >= lows[k];
+    if (mine) todo_v[n++] = v;
   }
   for (int i = 0; i < n; i++) {
     if (make_anonymous(&todo_v[i])) continue;
@@ -645,11 +656,34 @@ static void run_queue(void) {
     case ITEM_FRESH: fresh(it); break;
     case ITEM_MAPINFO: mapinfo(it); break;
     case ITEM_ZAP: zap(it); break;
-    case ITEM_PREPARE: prepare(); break;
+    case ITEM_PREPARE: prepare(it); break;
     }
     __atomic_store_n(&it->done, 1, __ATOMIC_RELEASE);
     sc6(SYS_futex, (long)&it->done, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
   }
+}
+
+/* A free list of items in our private region. */
+static volatile int item_lock;
+static struct item *free_items;
+
+struct item *item_get(void) {
+  lock(&item_lock);
+  if (!free_items) {
+    struct item *a = priv_alloc(64 * sizeof *a);
+    for (int i = 0; i < 64; i++) a[i].next = free_items, free_items = &a[i];
+  }
+  struct item *it = free_items;
+  free_items = it->next;
+  unlock(&item_lock);
+  memset(it, 0, sizeof *it);
+  return it;
+}
+
+void item_put(struct item *it) {
+  lock(&item_lock);
+  it->next = free_items, free_items = it;
+  unlock(&item_lock);
 }
 
 /* An executor (or a home thread) asks the manager something and waits. */
@@ -718,6 +752,10 @@ static void home_manager(void *unused) {
     }
     for (int h = 1; h < g.nhosts; h++) {
       if (!pf[1 + h].revents) continue;
+      /* the queue or the events above may have waited on this node and
+       * read what poll saw: look again before a read that would block */
+      struct pollfd one = {g.hosts[h].fd, POLLIN, 0};
+      if (sc3(SYS_poll, &one, 1, 0) <= 0) continue;
       struct bks_msg m;
       int e = recv_msg(g.hosts[h].fd, &m, pl, sizeof pl);
       if (e) node_gone(h, e);

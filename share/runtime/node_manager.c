@@ -90,7 +90,8 @@ static void out_done(uint64_t page) {
 static char *maps;
 #define NODE_MAPS_CAP (4l << 20)
 
-/* The parts of [s, e) this node has mapped (not ours), in order. */
+/* The parts of [s, e) this node has mapped (not ours), in order, one a
+ * mapping (mremap moves one mapping at a time). */
 static int mapped_runs(uint64_t s, uint64_t e, struct range *out, int cap) {
   read_maps(maps, NODE_MAPS_CAP);
   const char *p = maps;
@@ -99,8 +100,7 @@ static int mapped_runs(uint64_t s, uint64_t e, struct range *out, int cap) {
   while (next_vma(&p, &v)) {
     if (v.end <= s || v.start >= e || ours(&v)) continue;
     uint64_t lo = v.start > s ? v.start : s, hi = v.end < e ? v.end : e;
-    if (n && out[n - 1].end == lo) out[n - 1].end = hi; /* adjacent mappings: one run */
-    else if (n < cap) out[n++] = (struct range){lo, hi};
+    if (n < cap) out[n++] = (struct range){lo, hi};
     else die("more than %d mappings in 0x%x-0x%x", cap, (long)s, (long)e, 0);
   }
   return n;

@@ -205,6 +205,7 @@ enum item_kind {
   ITEM_ZAP,          /* [page, page + len): madvise(MADV_DONTNEED) for host's thread */
   ITEM_PREPARE,      /* a home thread loaded libraries: make their written data shared memory */
 };
+#define ITEM_BASES 32
 struct item {
   int kind;
   int host;
@@ -213,7 +214,14 @@ struct item {
   volatile uint32_t done;
   uint64_t result;         /* the control sequence the caller's node must reach */
   uint64_t result_status;  /* ITEM_MAPINFO: BKS_MAPPED_*; ITEM_FRESH: 1 done */
+  int nbases;              /* ITEM_PREPARE: the new objects' load addresses (-1: look at every mapping) */
+  uint64_t bases[ITEM_BASES];
+  struct item *next;       /* the free list */
 };
+/* Items live in our memory: the manager must never touch a program
+ * thread's stack (a node may hold the page). */
+struct item *item_get(void);
+void item_put(struct item *it);
 uint64_t ask_manager(struct item *it);
 void home_manager_start(void);
 NORETURN void node_gone(int h, int err);

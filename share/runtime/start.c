@@ -55,13 +55,18 @@ struct doorbell {
   uint64_t magic;
   uint32_t pid;
   uint32_t pad;
-  void (*loaded)(void);
+  void (*loaded)(const uint64_t *bases, int n);
 };
 
-static void loaded(void) {
+/* bases: the new objects' load addresses; n < 0: unknown (too many). */
+static void loaded(const uint64_t *bases, int n) {
   if (g.role != ROLE_HOME || g.nhosts < 2 || (uint32_t)sc0(SYS_getpid) != g.home_pid) return;
-  struct item it = {.kind = ITEM_PREPARE};
-  ask_manager(&it);
+  struct item *it = item_get();
+  it->kind = ITEM_PREPARE;
+  it->nbases = n > ITEM_BASES ? -1 : n;
+  for (int i = 0; i < it->nbases; i++) it->bases[i] = bases[i];
+  ask_manager(it);
+  item_put(it);
 }
 
 /* ------------------------------------------------------------------ */
