@@ -11,7 +11,7 @@ BUILD   := $(CURDIR)/build
 CARGO   ?= cargo
 JOBS    ?= $(shell nproc)
 
-.PHONY: all native cli deps demo test unit e2e bench clean fetch-sqlite fetch-memcached fetch-apache
+.PHONY: all native cli deps demo test unit e2e bench stress-share clean fetch-sqlite fetch-memcached fetch-apache
 
 all: native cli
 
@@ -60,8 +60,14 @@ bench: all fetch-sqlite fetch-memcached fetch-apache
 	@bash bench/mod/run.sh
 	@bash bench/trace/run.sh
 	@bash bench/share/run.sh
+	@bash bench/share/stress.sh
 	@bash bench/flow/run.sh
 	@bash bench/scatter/net.sh
+
+# bunkai share under repetition: hundreds of runs, every one checked
+# (about 50 minutes; results in bench/results/share-stress.md).
+stress-share: all
+	@bash bench/share/stress.sh
 
 clean:
 	rm -rf $(BUILD) target

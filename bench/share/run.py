@@ -22,11 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BUNKAI = ROOT / "build/bin/bunkai"
-PREFIX = "bk-shb"
-NODES = 2
-PORT = 7070
+from harness import BUNKAI, NODES, PORT, ROOT, Failed, json_lines, log, run_home, share, sh
+import harness
 
 # The paper's Table 1 (ms): A plain, B under the mechanism run locally,
 # C forwarded to another host; NFS, 5th-level directory, Core i7 2.8 GHz,
@@ -40,122 +37,6 @@ PAPER_T1 = {
     "flock": (0.981, 0.982, 1.099),
 }
 PAPER_PAGE_MS = 0.4  # §6.2: one page transfer
-
-
-def log(msg):
-    print(f"bench-share: {msg}", file=sys.stderr, flush=True)
-
-
-class Failed(Exception):
-    pass
-
-
-def sh(*argv, check=True, **kw):
-    p = subprocess.run(list(argv), capture_output=True, text=True, **kw)
-    if check and p.returncode != 0:
-        raise Failed(f"{' '.join(argv)}: {p.stderr.strip()[-1500:]}")
-    return p.stdout
-
-
-def clean_stale():
-    for line in sh("ip", "netns", "list").splitlines():
-        name = line.split()[0] if line.strip() else ""
-        if not name.startswith(PREFIX + "-"):
-            continue
-        try:
-            pid = int(name.split("-")[2])
-        except (IndexError, ValueError):
-            continue
-        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
-            for p in sh("ip", "netns", "pids", name, check=False).split():
-                try:
-                    os.kill(int(p), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            sh("ip", "netns", "delete", name, check=False)
-
-
-class Hosts:
-    """home + NODES nodes, a veth pair from home to each."""
-
-    def __init__(self):
-        self.ns = [f"{PREFIX}-{os.getpid()}-{k}" for k in range(NODES + 1)]
-        self.procs = []
-        self.up = False
-
-    def ip(self, k, side):  # side 1 = home's end, 2 = node's end
-        return f"10.231.{k}.{side}"
-
-    def start(self):
-        for n in self.ns:
-            sh("ip", "netns", "add", n)
-        self.up = True
-        for n in self.ns:
-            sh("ip", "-n", n, "link", "set", "lo", "up")
-        for k in range(1, NODES + 1):
-            a, b = f"bkshh{os.getpid() % 100000}{k}", f"bkshn{os.getpid() % 100000}{k}"
-            sh("ip", "link", "add", a, "netns", self.ns[0], "type", "veth", "peer", "name", b, "netns", self.ns[k])
-            sh("ip", "-n", self.ns[0], "addr", "add", f"{self.ip(k, 1)}/24", "dev", a)
-            sh("ip", "-n", self.ns[k], "addr", "add", f"{self.ip(k, 2)}/24", "dev", b)
-            sh("ip", "-n", self.ns[0], "link", "set", a, "up")
-            sh("ip", "-n", self.ns[k], "link", "set", b, "up")
-
-    def cmd(self, k, argv):
-        return ["nsenter", f"--net=/var/run/netns/{self.ns[k]}", "--", *map(str, argv)]
-
-    def spawn(self, k, argv, **kw):
-        p = subprocess.Popen(self.cmd(k, argv), start_new_session=True, **kw)
-        self.procs.append(p)
-        return p
-
-    def wait_port(self, k, port, deadline=15.0):
-        end = time.monotonic() + deadline
-        probe = f"exec 3<>/dev/tcp/{self.ip(k, 2)}/{port}"
-        while time.monotonic() < end:
-            if subprocess.run(self.cmd(0, ["bash", "-c", probe]), capture_output=True).returncode == 0:
-                return
-            time.sleep(0.05)
-        raise Failed(f"nothing listens on {self.ip(k, 2)}:{port} after {deadline} s")
-
-    def close(self):
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-        if self.up:
-            for n in self.ns:
-                sh("ip", "netns", "delete", n, check=False)
-            self.up = False
-
-
-HOSTS = None
-
-
-def on_signal(signum, _frame):
-    if HOSTS:
-        HOSTS.close()
-    sys.exit(128 + signum)
-
-
-def run_home(argv, stdout=None, timeout=900):
-    t0 = time.monotonic()
-    p = subprocess.run(HOSTS.cmd(0, argv), stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
-    dt = time.monotonic() - t0
-    if p.returncode != 0:
-        raise Failed(f"{' '.join(map(str, argv))}: exit {p.returncode}: {p.stderr.decode(errors='replace').strip()[-1500:]}")
-    return p, dt
-
-
-def share(place, nodes, argv):
-    addrs = ",".join(f"{HOSTS.ip(k, 2)}:{PORT}" for k in range(1, nodes + 1))
-    return [BUNKAI, "share", "run", "--nodes", addrs, "--place", place, "--json", "--", *argv]
-
-
-def json_lines(out):
-    return [json.loads(l) for l in out.decode().splitlines() if l.startswith("{")]
 
 
 def med(xs):
@@ -296,22 +177,13 @@ def main():
         sys.exit("bench/share/run.py: must run as root (network namespaces, userfaultfd)")
     if not BUNKAI.exists():
         sys.exit("bench/share/run.py: build/bin/bunkai is missing (run make)")
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    clean_stale()
     work = Path(f"/dev/shm/bk-shb-{os.getpid()}")
     work.mkdir(parents=True)
     data = work / "l1/l2/l3/l4/l5"
     data.mkdir(parents=True)
     reps, rounds = (300, 2) if args.quick else (2000, 5)
-    HOSTS = Hosts()
     try:
-        HOSTS.start()
-        for k in range(1, NODES + 1):
-            HOSTS.spawn(k, [BUNKAI, "share", "node", "--listen", f"{HOSTS.ip(k, 2)}:{PORT}"],
-                        stdout=subprocess.DEVNULL, stderr=open(work / f"node{k}.log", "w"))
-        for k in range(1, NODES + 1):
-            HOSTS.wait_port(k, PORT)
+        HOSTS = harness.start(work)
         exe = build_bench(work)
         net = tcp_floor(exe, reps * 2)
         log(f"TCP floor: {net}")
@@ -324,7 +196,8 @@ def main():
         progs = programs(work, str(inp), 1 if args.quick else 3)
         write_md(Path(args.out), t1, fig, pg, net, progs, args.quick)
     finally:
-        HOSTS.close()
+        if harness.HOSTS:
+            harness.HOSTS.close()
         subprocess.run(["rm", "-rf", str(work)])
 
 
