@@ -163,6 +163,7 @@ pub fn server(s: &mut TcpStream, key: &Key, role: u32) -> Result<Key, AuthError>
 }
 
 /// MACs on JSON lines: each direction numbers its lines from 0.
+#[derive(Clone)]
 pub struct LineMac {
     key: Key,
     sent: u64,
@@ -215,6 +216,54 @@ mod tests {
             crate::key::hex(&hmac(b"Jefe", &[b"what do ya want ", b"for nothing?"])),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    /// The runtime's own HMAC-SHA256 (share/runtime/sha256.c, which cannot
+    /// use a library) against the `hmac` crate: RFC 4231's vectors and
+    /// random keys and messages of every length around the block size.
+    #[test]
+    fn the_runtime_hmac_is_the_crates() {
+        let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../build/lib/bunkai/libbunkai-share.so");
+        assert!(lib.exists(), "{} is missing (run make)", lib.display());
+        let c = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
+        type F = unsafe extern "C" fn(*const u8, usize, *const u8, usize, *mut u8);
+        let f: F = unsafe {
+            let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            assert!(!h.is_null(), "cannot load {}", lib.display());
+            let sym = libc::dlsym(h, b"__bunkai_share_hmac\0".as_ptr() as *const libc::c_char);
+            assert!(!sym.is_null(), "no __bunkai_share_hmac in {}", lib.display());
+            std::mem::transmute(sym)
+        };
+        let c_hmac = |k: &[u8], m: &[u8]| {
+            let mut out = [0u8; 32];
+            unsafe { f(k.as_ptr(), k.len(), m.as_ptr(), m.len(), out.as_mut_ptr()) };
+            out
+        };
+        assert_eq!(
+            crate::key::hex(&c_hmac(&[0x0b; 20], b"Hi There")),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+        );
+        // RFC 4231 case 6: a key longer than the block
+        let long = [0xaau8; 131];
+        let m = b"Test Using Larger Than Block-Size Key - Hash Key First";
+        assert_eq!(
+            crate::key::hex(&c_hmac(&long, m)),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut byte = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        };
+        for klen in [0usize, 1, 31, 32, 33, 63, 64, 65, 100] {
+            for mlen in 0..200 {
+                let k: Vec<u8> = (0..klen).map(|_| byte()).collect();
+                let m: Vec<u8> = (0..mlen).map(|_| byte()).collect();
+                assert_eq!(c_hmac(&k, &m), hmac(&k, &[&m]), "key {klen} bytes, message {mlen} bytes");
+            }
+        }
     }
 
     fn pair() -> (TcpStream, TcpStream) {

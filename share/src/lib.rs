@@ -18,6 +18,7 @@
 //!   personality, memfd).
 
 pub mod auth;
+mod fuzz;
 pub mod hosts;
 pub mod key;
 pub mod launch;

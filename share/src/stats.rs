@@ -92,7 +92,7 @@ fn u64_at(p: &[u8], o: usize) -> u64 {
 /// Ok(None): the runtime never started (the page is still zero).
 pub fn parse(page: &[u8]) -> Result<Option<Stats>, String> {
     if page.len() < STATS_BYTES {
-        return Err(format!("the stats page is {} bytes, expected at least {STATS_BYTES}", page.len()));
+        return Err(format!("the stats page is {} bytes, expected at least {STATS_BYTES} (rebuild both: make)", page.len()));
     }
     let magic = u32_at(page, OFF_MAGIC);
     if magic == 0 {

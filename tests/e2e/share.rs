@@ -1101,3 +1101,28 @@ fn a_replica_port_refuses_bare_messages_and_other_keys() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("sleep: started\n"), "{}", text(&out.stdout));
 }
+
+/// A node started as root says so, and with --user it reads the key as
+/// root, then drops to the account for good (replicas run as it).
+#[test]
+fn a_root_node_says_so_and_drops_to_a_user() {
+    setup();
+    if !can_run("a_root_node_says_so_and_drops_to_a_user", true, false) {
+        return;
+    }
+    let node = LoggedNode::local();
+    node.wait_for("running as root", 1);
+    let mut c = Command::new(bunkai());
+    c.args(["share", "node", "--listen", "127.0.0.1:0", "--user", "nobody"]);
+    let dropped = LoggedNode::start(c);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", dropped.node.child.id())).unwrap();
+    let ids = |key: &str| -> Vec<String> {
+        status.lines().find(|l| l.starts_with(key)).unwrap().split_whitespace().skip(1).map(String::from).collect()
+    };
+    assert_eq!(ids("Uid:"), vec!["65534"; 4], "{status}");
+    assert!(!ids("Groups:").contains(&"0".to_string()), "{status}");
+    assert!(!dropped.log().contains("running as root"), "{}", dropped.log());
+    let (code, err) = bunkai_fails(&["share", "node", "--listen", "127.0.0.1:0", "--user", "no-such-user-here"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("bunkai share: --user no-such-user-here: ") && err.trim_end().ends_with("(give an account of this host)"), "{err}");
+}

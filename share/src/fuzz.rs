@@ -1,0 +1,217 @@
+//! Fuzzing of every parser of untrusted input on the tool side: what a
+//! node reads before and after the handshake (the handshake itself, JSON
+//! request lines with their MACs), the key file, and the stats page the
+//! program's process wrote. Each test mutates valid inputs (bytes flipped,
+//! cut, spliced, repeated) with a fixed-seed generator, so a failure
+//! reproduces, and asserts more than "no panic": nothing authenticates
+//! without the key, a changed line never passes its MAC, a refused input
+//! gets a one-line error, an accepted one means what it says.
+
+#[cfg(test)]
+mod tests {
+    use crate::auth::{self, AuthError, LineMac};
+    use crate::proto::{self, Request, Spawn};
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    /// xorshift64*: fixed seeds, reproducible runs.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545F4914F6CDD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+    }
+
+    /// One random change to `v`.
+    fn mutate(r: &mut Rng, v: &mut Vec<u8>) {
+        match r.below(6) {
+            0 if !v.is_empty() => {
+                let i = r.below(v.len());
+                v[i] ^= 1 << r.below(8);
+            }
+            1 if !v.is_empty() => {
+                let i = r.below(v.len());
+                v[i] = r.next() as u8;
+            }
+            2 => v.truncate(r.below(v.len() + 1)),
+            3 => {
+                let i = r.below(v.len() + 1);
+                let b = r.next() as u8;
+                v.insert(i, b);
+            }
+            4 if !v.is_empty() => {
+                let (a, b) = (r.below(v.len()), r.below(v.len()));
+                let (lo, hi) = (a.min(b), a.max(b));
+                let piece = v[lo..hi].to_vec();
+                let at = r.below(v.len() + 1);
+                v.splice(at..at, piece);
+            }
+            _ => {
+                let i = r.below(v.len() + 1);
+                let b = b"\"{}[],:\\\t\n0123456789-e.abcdefnulltrue"[r.below(37)];
+                v.insert(i, b);
+            }
+        }
+    }
+
+    fn spawn() -> Spawn {
+        Spawn {
+            argv: vec!["/usr/bin/pigz".into(), "-p".into(), "3".into()],
+            env: vec![("PATH".into(), "/usr/bin".into()), ("LD_PRELOAD".into(), "/opt/b/libbunkai-share.so".into())],
+            cwd: "/tmp".into(),
+            home: "10.0.0.1:4000".into(),
+            host: 1,
+            run_id: "0123456789abcdef0123456789abcdef".into(),
+            version: proto::PROTOCOL_VERSION,
+            stack_limit: Some(8 << 20),
+        }
+    }
+
+    /// Mutated request lines: an accepted one re-serializes to a request
+    /// that parses to itself (it means exactly what it says); a refused
+    /// one gets one line that says what to do.
+    #[test]
+    fn request_lines() {
+        let mut r = Rng(0x5eed_0001);
+        let base = serde_json::to_vec(&Request::Spawn(spawn())).unwrap();
+        let (mut accepted, mut refused) = (0, 0);
+        for _ in 0..20000 {
+            let mut v = base.clone();
+            for _ in 0..1 + r.below(4) {
+                mutate(&mut r, &mut v);
+            }
+            let line = String::from_utf8_lossy(&v);
+            match proto::parse_request(&line) {
+                Ok(req) => {
+                    accepted += 1;
+                    let again = serde_json::to_string(&req).unwrap();
+                    assert_eq!(proto::parse_request(&again).unwrap(), req, "{line}");
+                    if let Request::Spawn(s) = &req {
+                        assert_eq!(s.version, proto::PROTOCOL_VERSION, "{line}");
+                    }
+                }
+                Err(e) => {
+                    refused += 1;
+                    assert!(!e.contains('\n'), "not one line: {e}");
+                    assert!(
+                        e.starts_with("not a JSON message") || e.starts_with("bad request") || e.starts_with("protocol version"),
+                        "{e}"
+                    );
+                    assert!(e.ends_with(')') || e.ends_with('?'), "no fix given: {e}");
+                }
+            }
+        }
+        assert!(accepted > 100 && refused > 10000, "accepted {accepted}, refused {refused}");
+    }
+
+    /// Sealed lines changed in any way never open; unchanged ones do, once
+    /// and in order.
+    #[test]
+    fn line_macs() {
+        let mut r = Rng(0x5eed_0002);
+        let key = [0x42u8; 32];
+        let mut sender = LineMac::new(key, true);
+        let mut receiver = LineMac::new(key, false);
+        for n in 0..5000 {
+            let line = format!(r#"{{"kill":{}, "n":{n}}}"#, n % 2 == 0);
+            let sealed = sender.seal(&line);
+            let mut v = sealed.clone().into_bytes();
+            mutate(&mut r, &mut v);
+            let changed = String::from_utf8_lossy(&v).to_string();
+            if changed != sealed {
+                let mut probe = receiver.clone();
+                assert!(probe.open(&changed).is_err(), "a changed line opened: {changed}");
+            }
+            assert_eq!(receiver.open(&sealed).unwrap(), line);
+            assert!(receiver.open(&sealed).is_err(), "a line opened twice");
+        }
+    }
+
+    /// Random and mutated handshakes against the server: it never accepts
+    /// one from a peer without the key, and says why in a known phrase.
+    #[test]
+    fn handshakes_without_the_key() {
+        let mut r = Rng(0x5eed_0003);
+        let key = [0x17u8; 32];
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        for round in 0..300 {
+            let mut c = TcpStream::connect(addr).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            let t = std::thread::spawn(move || auth::server(&mut s, &key, auth::ROLE_DAEMON));
+            // a hello that is valid more often than not, then noise for the proof
+            let mut hello = Vec::new();
+            hello.extend_from_slice(&auth::MAGIC.to_le_bytes());
+            hello.extend_from_slice(&auth::VERSION.to_le_bytes());
+            hello.extend_from_slice(&auth::ROLE_DAEMON.to_le_bytes());
+            hello.extend_from_slice(&[0u8; 4]);
+            hello.extend((0..32).map(|_| r.next() as u8));
+            if round % 3 == 0 {
+                mutate(&mut r, &mut hello);
+            }
+            let _ = c.write_all(&hello);
+            // a cut hello leaves the server waiting for the rest: do not wait with it
+            c.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+            let mut reply = [0u8; 64];
+            let got = c.read_exact(&mut reply).is_ok();
+            let proof: Vec<u8> = (0..r.below(40)).map(|_| r.next() as u8).collect();
+            let _ = c.write_all(&proof);
+            drop(c);
+            match t.join().unwrap() {
+                Ok(_) => panic!("round {round}: a peer without the key authenticated"),
+                Err(AuthError::WrongKey | AuthError::Closed | AuthError::Protocol | AuthError::TimedOut) => {}
+                Err(AuthError::Io(e)) => assert!(!e.is_empty()),
+            }
+            assert!(got || round % 3 == 0, "round {round}: a valid hello got no reply");
+        }
+    }
+
+    /// Key files: only 64 hex digits are a key.
+    #[test]
+    fn key_texts() {
+        let mut r = Rng(0x5eed_0004);
+        let good = "0123456789abcdef".repeat(4);
+        for _ in 0..20000 {
+            let mut v = good.clone().into_bytes();
+            mutate(&mut r, &mut v);
+            let t = String::from_utf8_lossy(&v);
+            let ok = t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit());
+            assert_eq!(crate::key::parse(&t).is_ok(), ok, "{t:?}");
+        }
+    }
+
+    /// Damaged stats pages: no panic, another version refused in one line,
+    /// counts never read past the tables.
+    #[test]
+    fn stats_pages() {
+        let mut r = Rng(0x5eed_0005);
+        let mut page = vec![0u8; crate::stats::BKS_STATS_SIZE as usize];
+        page[..4].copy_from_slice(&crate::stats::BKS_MAGIC.to_le_bytes());
+        page[4..8].copy_from_slice(&crate::stats::BKS_VERSION.to_le_bytes());
+        page[8..12].copy_from_slice(&3u32.to_le_bytes());
+        for _ in 0..3000 {
+            let mut v = page.clone();
+            for _ in 0..1 + r.below(8) {
+                let i = r.below(64);
+                v[i] = r.next() as u8;
+            }
+            if r.below(4) == 0 {
+                v.truncate(r.below(v.len() + 1));
+            }
+            match crate::stats::parse(&v) {
+                Ok(Some(s)) => {
+                    assert!(s.host.len() <= crate::stats::BKS_MAX_HOSTS);
+                    assert!(s.threads.len() <= crate::stats::BKS_MAX_THREADS);
+                }
+                Ok(None) => {}
+                Err(e) => assert!(!e.contains('\n') && e.contains('('), "{e}"),
+            }
+        }
+    }
+}
