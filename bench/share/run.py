@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """bunkai share: the evaluation of seed 002 (Table 1, Figure 9), page
-transfer latency, and real programs across three hosts, each beside a
-baseline measured in the same run. Writes bench/results/share.md and
-bench/results/share-fig9.svg.
+transfer latency, real programs, the cost of authentication, a
+mutex/condition-variable ping-pong and sort --parallel=3 across three
+hosts, each beside a baseline measured in the same run. Writes
+bench/results/share.md and bench/results/share-fig9.svg.
+
+With --baseline DIR (a build of an earlier commit: `git worktree add
+/tmp/old COMMIT && make -C /tmp/old all`), the forwarded-call and
+page-transfer latencies are measured with that build too, in the same
+run, on nodes of its own.
 
 Hosts are network namespaces: home (bk-shb-PID-0) joined by a veth pair to
 each node (bk-shb-PID-1, -2). `bunkai share node` runs in each node; the
 programs run in the home namespace. Everything is removed at the end, also
 on Ctrl-C or SIGTERM, and stale namespaces of dead runs are removed first.
 
-  bench/share/run.py [--quick] [--out FILE] [--keep-work]
+  bench/share/run.py [--quick] [--out FILE] [--baseline DIR]
 """
 import argparse
 import json
@@ -94,9 +100,111 @@ def tcp_floor(exe, reps):
     return {o["net"]: o["median_ns"] / 1e3 for o in json_lines(p.stdout)}
 
 
+def handshake(work, reps):
+    """The runtime's handshake (compiled from its own files) on the veth,
+    beside the same connection without it."""
+    exe = work / "handshake"
+    rt = ROOT / "share/runtime"
+    sh("clang-14", "-O2", "-pthread", f"-I{rt}", f"-I{ROOT / 'share/include'}", "-o", str(exe),
+       str(ROOT / "bench/share/handshake.c"), *[str(rt / f) for f in ["util.c", "auth.c", "sha256.c", "wire.c"]])
+    key = os.environ["BUNKAI_SHARE_KEY"]
+    srv = HOSTS.spawn(1, [exe, "server", 7272, key], stdout=subprocess.DEVNULL)
+    HOSTS.wait_port(1, 7273)
+    p, _ = run_home([exe, "client", HOSTS.ip(1, 2), 7272, key, reps])
+    os.killpg(srv.pid, signal.SIGKILL)
+    srv.wait()
+    return json_lines(p.stdout)[0]
+
+
+def audit_cost(reps):
+    """What one exec of a program under `bunkai share run` pays: /bin/true
+    plain, with the runtime preloaded, and with its audit module too."""
+    lib = BUNKAI.resolve().parent.parent / "lib/bunkai"
+    envs = {
+        "plain": {},
+        "preload": {"LD_PRELOAD": str(lib / "libbunkai-share.so")},
+        "preload+audit": {"LD_PRELOAD": str(lib / "libbunkai-share.so"), "LD_AUDIT": str(lib / "libbunkai-share-audit.so")},
+    }
+    t = {k: [] for k in envs}
+    for _ in range(reps):
+        for k, e in envs.items():
+            env = dict(os.environ, **e)
+            t0 = time.perf_counter()
+            subprocess.run(["/bin/true"], env=env, check=True)
+            t[k].append((time.perf_counter() - t0) * 1e6)
+    return {k: med(v) for k, v in t.items()}
+
+
+def per_round(st, rounds):
+    hosts = st.get("hosts", [])
+    return {
+        "pages": sum(h.get("pages_in", 0) for h in hosts) / rounds,
+        "calls": sum(h.get("syscalls", 0) for h in hosts) / rounds,
+        "manager_us": sum(h.get("fault_ns", 0) for h in hosts) / rounds / 1e3,
+    }
+
+
+def pingpong(exe, n, rounds):
+    nat, shr, st = [], [], {}
+    for _ in range(rounds):
+        p, _ = run_home([exe, "pingpong", n])
+        nat.append(json_lines(p.stdout)[0]["pingpong_round_ns"] / 1e3)
+        p, _ = run_home(share("rr", NODES, [exe, "pingpong", n]))
+        shr.append(json_lines(p.stdout)[0]["pingpong_round_ns"] / 1e3)
+        st = json_lines(p.stderr)[-1]
+    return {"native_us": med(nat), "shared_us": med(shr), **per_round(st, n)}
+
+
+def sort_parallel(work, rounds):
+    """GNU sort with three threads on 2 million lines, in memory."""
+    inp = work / "lines"
+    x, lines = 0x9E3779B97F4A7C15, []
+    for i in range(2_000_000):
+        x = (x * 6364136223846793005 + 1442695040888963407) & ((1 << 64) - 1)
+        lines.append(f"{x >> 20:016x} line {i}\n")
+    inp.write_text("".join(lines))
+    argv = ["sort", "--parallel=3", "-S", "1G", str(inp)]
+    nat, shr, st = [], [], {}
+    for _ in range(rounds):
+        with open(work / "sort.native", "wb") as f:
+            _, dt = run_home(argv, stdout=f)
+        nat.append(dt)
+        with open(work / "sort.shared", "wb") as f:
+            p, dt = run_home(share("rr", NODES, argv), stdout=f)
+        shr.append(dt)
+        if (work / "sort.native").read_bytes() != (work / "sort.shared").read_bytes():
+            raise Failed("sort --parallel=3: output under bunkai share differs from the native run")
+        st = json_lines(p.stderr)[-1]
+    return {"native_s": med(nat), "shared_s": med(shr), "stats": st}
+
+
+def baseline_latency(exe, build, data, reps, rounds):
+    """getppid forwarded and the page faults, with an earlier build's CLI
+    and runtime on nodes of its own (port PORT + 1, no key)."""
+    old = Path(build) / "bin/bunkai"
+    if not old.exists():
+        raise Failed(f"--baseline {build}: no bin/bunkai there (build it: make -C <its checkout> all)")
+    for k in range(1, NODES + 1):
+        HOSTS.spawn(k, [old, "share", "node", "--listen", f"{HOSTS.ip(k, 2)}:{PORT + 1}"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for k in range(1, NODES + 1):
+        HOSTS.wait_port(k, PORT + 1)
+    addrs = f"{HOSTS.ip(1, 2)}:{PORT + 1}"
+    res = {"getppid": {"old": [], "new": []}, "read_fault": {"old": [], "new": []}}
+    for _ in range(rounds):
+        for which, cli, nodes in (("old", old, addrs), ("new", BUNKAI, f"{HOSTS.ip(1, 2)}:{PORT}")):
+            pre = [cli, "share", "run", "--nodes", nodes, "--place", "remote", "--"]
+            p, _ = run_home(pre + [exe, "syscalls", data, reps])
+            res["getppid"][which] += [o["median_ns"] / 1e3 for o in json_lines(p.stdout) if o["call"] == "getppid"]
+            p, _ = run_home(pre + [exe, "pages", reps])
+            res["read_fault"][which] += [o["median_ns"] / 1e3 for o in json_lines(p.stdout) if o["page"] == "read_fault"]
+    return {k: {w: med(v) for w, v in d.items()} for k, d in res.items()}
+
+
 def programs(work, input_path, rounds):
     cases = [
         ("pigz -p 3 (compress 50 MB)", ["pigz", "-p", "3", "-c", input_path]),
+        ("lbzip2 -n 3 (compress 50 MB)", ["lbzip2", "-n", "3", "-c", input_path]),
         ("pigz -p 3 -d (decompress)", ["pigz", "-p", "3", "-d", "-c", str(work / "in.gz")]),
         ("xz -T3 -3 (compress 50 MB)", ["xz", "-T3", "-3", "-c", input_path]),
         ("zstd -T3 -3 (compress 50 MB)", ["zstd", "-q", "-T3", "-3", "-c", input_path]),
@@ -172,6 +280,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (minutes)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/share.md"))
+    ap.add_argument("--baseline", metavar="DIR", help="an earlier build (its build/ directory) to measure latencies beside")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/share/run.py: must run as root (network namespaces, userfaultfd)")
@@ -194,14 +303,23 @@ def main():
         inp = work / "in50"
         make_input(inp)
         progs = programs(work, str(inp), 1 if args.quick else 3)
-        write_md(Path(args.out), t1, fig, pg, net, progs, args.quick)
+        hs = handshake(work, reps)
+        log(f"handshake: {hs}")
+        au = audit_cost(100 if args.quick else 300)
+        log(f"exec cost: {au}")
+        pp = pingpong(exe, 500 if args.quick else 2000, 1 if args.quick else 3)
+        log(f"pingpong: {pp}")
+        so = sort_parallel(work, 1 if args.quick else 3)
+        log(f"sort: {so['native_s']:.2f} s native, {so['shared_s']:.2f} s shared")
+        base = baseline_latency(exe, args.baseline, data, reps, rounds) if args.baseline else None
+        write_md(Path(args.out), t1, fig, pg, net, progs, args.quick, hs, au, pp, so, base)
     finally:
         if harness.HOSTS:
             harness.HOSTS.close()
         subprocess.run(["rm", "-rf", str(work)])
 
 
-def write_md(path, t1, fig, pg, net, progs, quick):
+def write_md(path, t1, fig, pg, net, progs, quick, hs, au, pp, so, base):
     sizes = sorted(fig["C"])
     # per extra page: least squares slope of C over the number of pages
     xs = [k / 4 for k in sizes if k >= 4]
@@ -272,6 +390,47 @@ def write_md(path, t1, fig, pg, net, progs, quick):
     L.append("Native runs use both CPUs of this machine; the shared runs put the same threads on three \"hosts\" that "
              "are the same two CPUs, so the ratio is the cost of the mechanism (page transfers, forwarded calls), "
              "not a speed-up. Fresh pages are pages of mappings a node's thread made (glibc's large malloc blocks): the node owns them from the start and fills their first touch itself.\n")
+    L.append("## Authentication: what the handshake costs\n")
+    d = (hs["handshake_ns"] - hs["plain_ns"]) / 1e3
+    L.append("| connection on the veth (connect, a 32-byte message and its answer, close) | median [µs] |")
+    L.append("|---|---:|")
+    L.append(f"| plain (what a runtime connection was before authentication) | {hs['plain_ns'] / 1e3:.1f} |")
+    L.append(f"| with the handshake first (share/runtime/auth.c) | {hs['handshake_ns'] / 1e3:.1f} |")
+    L.append(f"| difference | {d:+.1f} |")
+    L.append("")
+    L.append(f"Two handshakes lie on a run's path to its start: the CLI's with each node (share/src/auth.rs, the same "
+             f"exchange; the nodes in parallel) and each replica's with the home host (in parallel too): about "
+             f"{2 * d:.0f} µs in all. Each thread placed on a node pays one more when it starts (its executor's "
+             "connection). Nothing is added per forwarded call or page: the messages carry no MAC (see the latencies "
+             "above" + (" and against the earlier build below" if base else "") + ").\n")
+    L.append("Every exec under `bunkai share run` (the program, each replica, and the program's own children) loads "
+             "the runtime and its audit module; `/bin/true`, median of interleaved runs [µs]:\n")
+    L.append("| plain | runtime preloaded | runtime and audit module |")
+    L.append("|---:|---:|---:|")
+    L.append(f"| {au['plain']:.0f} | {au['preload']:.0f} | {au['preload+audit']:.0f} |")
+    L.append("")
+    if base:
+        L.append("## Latency against the earlier build, same run [µs]\n")
+        L.append("| | earlier build | this build |")
+        L.append("|---|---:|---:|")
+        L.append(f"| forwarded getppid (C) | {base['getppid']['old']:.1f} | {base['getppid']['new']:.1f} |")
+        L.append(f"| read fault, page transfer | {base['read_fault']['old']:.1f} | {base['read_fault']['new']:.1f} |")
+        L.append("")
+    L.append("## Futexes: a mutex and condition-variable ping-pong, and sort --parallel=3\n")
+    L.append("| program | native | bunkai share (`--place rr`) | ratio |")
+    L.append("|---|---:|---:|---:|")
+    L.append(f"| ping-pong, one round trip [µs] | {pp['native_us']:.1f} | {pp['shared_us']:.1f} | {pp['shared_us'] / pp['native_us']:.0f}x |")
+    L.append(f"| sort --parallel=3 -S 1G, 2M lines [s] | {so['native_s']:.2f} | {so['shared_s']:.2f} | {so['shared_s'] / so['native_s']:.1f}x |")
+    L.append("")
+    srt = per_round(so["stats"], 1)
+    L.append(f"Where the ping-pong's time goes, per round trip: {pp['pages']:.1f} pages moved (the mutex's word, the "
+             f"condition variables' words and the turn move between the two nodes' threads on every pass), "
+             f"{pp['calls']:.1f} forwarded calls (futex wait and wake, run by the executors at home), and "
+             f"{pp['manager_us']:.0f} µs of the home manager's time serving page requests. sort moved "
+             f"{srt['pages']:,.0f} pages and forwarded {srt['calls']:,.0f} calls. The next thing to attack is the lock "
+             "word's trips: a futex wait or wake forwarded home makes the home host read the word (a page "
+             "transfer) on top of the call itself; handling futexes on the node that holds the word, or keeping "
+             "a contended lock's page at home, would remove one of them.\n")
     over = sum(t1[c]["B"] for c in PAPER_T1) / sum(t1[c]["A"] for c in PAPER_T1) - 1
     L.append("## Targets\n")
     L.append(f"- local syscall overhead, B against A, over the six calls: {100*over:+.2f}% (target ≤ 0.5%): "
@@ -282,6 +441,13 @@ def write_md(path, t1, fig, pg, net, progs, quick):
     pt = pg["read_fault"]
     L.append(f"- 4 KiB page transfer (read fault): {pt:.1f} µs median (target ≤ 40 µs; TCP 4 KiB round trip here: "
              f"{net['rtt_4KiB']:.1f} µs): **{'PASS' if pt <= 40 else 'MISS'}**")
+    L.append(f"- the handshakes on a run's path to its start: {2 * d:.0f} µs (target ≤ 100 µs): "
+             f"**{'PASS' if 2 * d <= 100 else 'MISS'}**")
+    if base:
+        for k, name, ref in (("getppid", "forwarded call (getppid)", 15.6), ("read_fault", "page transfer (read fault)", 22.6)):
+            o, n = base[k]["old"], base[k]["new"]
+            L.append(f"- {name}: {n:.1f} µs against {o:.1f} µs for the earlier build in the same run (last committed: "
+                     f"{ref} µs; target: no worse): **{'PASS' if n <= o * 1.05 else 'MISS'}**")
     L.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".md.tmp")

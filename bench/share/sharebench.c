@@ -19,6 +19,11 @@
  *   sharebench tcp-server PORT / tcp-client IP PORT N
  *                               the network floor for the above: TCP round
  *                               trips of 32 B and of 4 KiB + 32 B.
+ *   sharebench pingpong N       two threads pass a turn back and forth N
+ *                               times through a pthread mutex and two
+ *                               condition variables (futexes); the time per
+ *                               round trip. Under --place rr the two threads
+ *                               are on the two nodes.
  * Output: one JSON object per line on stdout. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -214,6 +219,31 @@ static int tcp_client(const char *ip, int port) {
   return 0;
 }
 
+static pthread_mutex_t pm = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pc0 = PTHREAD_COND_INITIALIZER, pc1 = PTHREAD_COND_INITIALIZER;
+static int turn;
+static void *pinger(void *p) {
+  int me = (int)(long)p;
+  for (int i = 0; i < reps; i++) {
+    pthread_mutex_lock(&pm);
+    while (turn != me) pthread_cond_wait(me ? &pc1 : &pc0, &pm);
+    turn = 1 - me;
+    pthread_cond_signal(me ? &pc0 : &pc1);
+    pthread_mutex_unlock(&pm);
+  }
+  return 0;
+}
+static int pingpong(void) {
+  pthread_t a, b;
+  uint64_t s = now();
+  pthread_create(&a, 0, pinger, (void *)0);
+  pthread_create(&b, 0, pinger, (void *)1);
+  pthread_join(a, 0);
+  pthread_join(b, 0);
+  printf("{\"pingpong_round_ns\":%llu,\"n\":%d}\n", (unsigned long long)((now() - s) / (uint64_t)reps), reps);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: sharebench syscalls|read DIR N | pages N | tcp-server PORT | tcp-client IP PORT N\n");
@@ -221,6 +251,10 @@ int main(int argc, char **argv) {
   }
   const char *mode = argv[1];
   if (!strcmp(mode, "tcp-server")) return tcp_server(atoi(argv[2]));
+  if (!strcmp(mode, "pingpong")) {
+    reps = atoi(argv[2]);
+    return pingpong();
+  }
   if (!strcmp(mode, "tcp-client")) {
     reps = argc > 4 ? atoi(argv[4]) : 1000;
     return tcp_client(argv[2], atoi(argv[3]));

@@ -229,9 +229,34 @@ pub fn runtime() -> Result<Runtime> {
             bail!("runtime {} is missing (run make)", p.display());
         }
         let p = p.canonicalize().unwrap_or(p);
+        trusted_library(&p).map_err(anyhow::Error::msg)?;
         p.to_str().map(str::to_string).with_context(|| format!("runtime path {} is not UTF-8", p.display()))
     };
     Ok(Runtime { preload: find(crate::RUNTIME_LIB)?, audit: find(crate::AUDIT_LIB)? })
+}
+
+/// A library we are about to load into a program (ours, or one a peer
+/// named in LD_PRELOAD or LD_AUDIT): owned by us or root, and neither it nor
+/// its directory writable by anyone else, who could otherwise run code as
+/// us through it.
+pub fn trusted_library(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = unsafe { libc::geteuid() };
+    let check = |q: &Path, what: &str| -> Result<(), String> {
+        let m = std::fs::metadata(q).map_err(|e| format!("cannot read {} ({e})", q.display()))?;
+        if m.uid() != me && m.uid() != 0 {
+            return Err(format!("{what} {} belongs to uid {} (install it as root or as yourself)", q.display(), m.uid()));
+        }
+        if m.mode() & 0o022 != 0 && !(m.is_dir() && m.mode() & 0o1000 != 0) {
+            return Err(format!("{what} {} can be written by group or others (chmod go-w {})", q.display(), q.display()));
+        }
+        Ok(())
+    };
+    check(p, "library")?;
+    if let Some(dir) = p.parent() {
+        check(dir, "the library's directory")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -308,6 +333,24 @@ mod tests {
         let t = "0123456789abcdef0123456789abcdef";
         assert!(valid_run_id(t) && !valid_run_id("abc") && !valid_run_id(&"g".repeat(32)));
         assert_eq!(parse_run_id(t).unwrap()[..2], [0x01, 0x23]);
+    }
+
+    #[test]
+    fn libraries_others_can_write_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let lib = d.path().join("libx.so");
+        std::fs::write(&lib, b"").unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
+        trusted_library(&lib).unwrap();
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = trusted_library(&lib).unwrap_err();
+        assert!(e.contains("can be written by group or others (chmod go-w"), "{e}");
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = trusted_library(&lib).unwrap_err();
+        assert!(e.starts_with("the library's directory"), "{e}");
     }
 
     #[test]

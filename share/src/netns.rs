@@ -297,10 +297,7 @@ mod tests {
     /// through a cut link, and it leaves nothing behind.
     #[test]
     fn hosts_come_and_go() {
-        if !crate::sys::is_root() {
-            eprintln!("skipped: network namespaces need root");
-            return;
-        }
+        assert!(crate::sys::is_root(), "network namespaces need root (run the tests as root)");
         let h = Hosts::new(2).unwrap();
         let names: Vec<String> = (0..=2).map(|k| h.name(k)).collect();
         assert!(names.iter().all(|n| list().contains(n)), "{names:?} {:?}", list());
@@ -313,12 +310,14 @@ mod tests {
                 .map(|s| s.success())
                 .unwrap_or(false)
         };
-        if Command::new("ping").arg("-V").output().is_ok() {
-            assert!(ping(0, h.node_ip(1)) && ping(0, h.node_ip(2)) && ping(2, h.home_ip(2)));
-            h.cut_link(1).unwrap();
-            assert!(!ping(0, h.node_ip(1)));
-            h.restore_link(1).unwrap();
-        }
+        assert!(
+            Command::new("ping").arg("-V").output().is_ok(),
+            "ping is missing (install iputils-ping: scripts/install-deps.sh)"
+        );
+        assert!(ping(0, h.node_ip(1)) && ping(0, h.node_ip(2)) && ping(2, h.home_ip(2)));
+        h.cut_link(1).unwrap();
+        assert!(!ping(0, h.node_ip(1)));
+        h.restore_link(1).unwrap();
         let mut sleeper = h.node_exec(1, "sleep").arg("60").spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while h.pids(1).is_empty() {
@@ -334,10 +333,7 @@ mod tests {
 
     #[test]
     fn stale_sets_are_removed() {
-        if !crate::sys::is_root() {
-            eprintln!("skipped: network namespaces need root");
-            return;
-        }
+        assert!(crate::sys::is_root(), "network namespaces need root (run the tests as root)");
         // An owner that is certainly gone: a child we started and reaped.
         let mut c = Command::new("true").spawn().unwrap();
         let dead = c.id();

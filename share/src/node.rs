@@ -301,6 +301,7 @@ pub fn start_replica(s: &Spawn, cluster: &Key) -> Result<Child, String> {
                         if var == "LD_PRELOAD" { "preload" } else { "audit" }
                     ));
                 }
+                launch::trusted_library(Path::new(lib))?;
             }
         }
     }
