@@ -143,6 +143,7 @@ enum {
   BKS_MAPPED_OK = 0,     /* mapped on your host once the control sequence is reached: retry the access */
   BKS_MAPPED_NONE = 1,   /* nothing is mapped there at home, or not with that access: a real fault */
   BKS_MAPPED_SHARED = 2, /* a MAP_SHARED mapping: not kept coherent across hosts */
+  BKS_MAPPED_CONVERT = 3,/* (home internal) a file mapping: the executor converts it, then asks again */
 };
 
 struct bks_msg {

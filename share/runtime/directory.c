@@ -20,13 +20,13 @@ struct dent *dir_find(uint64_t page, int create) {
     /* grow only when the live entries need it; otherwise compact */
     uint64_t live = 0;
     for (uint64_t i = 0; dir && i < dir_cap; i++)
-      if (dir[i].page && (dir[i].owner != 0 || dir[i].pinned)) live++;
+      if (dir[i].page && dir[i].owner != 0) live++;
     while (live * 4 >= ncap) ncap *= 2;
     struct dent *nd = priv_alloc(ncap * sizeof *nd);
     uint64_t nused = 0;
     for (uint64_t i = 0; dir && i < dir_cap; i++) {
       struct dent *e = &dir[i];
-      if (!e->page || (e->owner == 0 && !e->pinned)) continue; /* home's alone is the default */
+      if (!e->page || e->owner == 0) continue; /* home's alone is the default */
       for (uint64_t k = hash(e->page) & (ncap - 1);; k = (k + 1) & (ncap - 1))
         if (!nd[k].page) { nd[k] = *e; nused++; break; }
     }
@@ -37,7 +37,7 @@ struct dent *dir_find(uint64_t page, int create) {
     if (dir[k].page == page) return &dir[k];
     if (!dir[k].page) {
       if (!create) return 0;
-      dir[k].page = page, dir[k].owner = 0, dir[k].copyset = 0, dir[k].pinned = 0;
+      dir[k].page = page, dir[k].owner = 0, dir[k].copyset = 0;
       dir_used++;
       return &dir[k];
     }
@@ -74,8 +74,7 @@ void dir_set_owner(uint64_t s, uint64_t e, int host) {
   }
 }
 
-/* mremap moved [from, from + len) to to: the entries move with the pages
- * (pins stay: they name a thread's TID word, which does not move). */
+/* mremap moved [from, from + len) to to: the entries move with the pages. */
 void dir_move(uint64_t from, uint64_t to, uint64_t len) {
   static struct dent *moved;
   static uint64_t moved_cap;

@@ -66,47 +66,55 @@ static long forbidden(long nr) {
          nr == SYS_execveat || nr == SYS_rt_sigreturn;
 }
 
-/* A home thread about to end keeps the page of its TID word here, writable,
- * until the kernel has cleared the word at its exit (the wake-up that
- * pthread_join waits for): the kernel takes no userfault for an exiting
- * thread, so if a node held the page then (a joiner on a node reads the
- * word), the clear would be lost and the joiner would wait for ever. */
-void pin_tid_word(void) {
+/* A home thread about to end hands its TID word to the manager. The
+ * kernel clears that word and wakes its joiners when the thread exits, but
+ * takes no userfault for an exiting thread: if a node held the page then
+ * (a joiner on a node reads the word), the clear would be lost and the
+ * joiner would wait for ever. So the kernel is told to clear a word of
+ * ours instead (set_tid_address), and the manager, once the thread's pidfd
+ * says it has gone, makes the page home's, clears the real word and wakes
+ * its waiters, as the kernel would have. Nothing is held meanwhile: the
+ * thread's destructors may still need that page from a node. */
+void hand_over_tid_word(void) {
   uint64_t tidp = 0;
   if (sc2(SYS_prctl, PR_GET_TID_ADDRESS, &tidp) || !tidp) return;
   int pidfd = (int)sc2(SYS_pidfd_open, sc0(SYS_gettid), 0x80 /* PIDFD_THREAD */);
-  if (pidfd >= 0) {
-    struct item *it = item_get(); /* not on this stack: it may be a program thread's */
-    it->kind = ITEM_PIN, it->page = PAGE_DOWN(tidp), it->pidfd = hide_fd(pidfd);
-    ask_manager(it);
-    item_put(it);
-  }
-  __atomic_fetch_add((volatile int *)tidp, 0, __ATOMIC_SEQ_CST);
+  if (pidfd < 0) return; /* the kernel clears it, as natively */
+  struct item *it = item_get(); /* the manager keeps it until the thread is gone */
+  it->kind = ITEM_TID, it->page = tidp, it->pidfd = hide_fd(pidfd);
+  sc1(SYS_set_tid_address, &it->tid_sink);
+  ask_manager(it);
 }
 
 /* Connects to node h's thread listener from the address that node knows
- * us by, and proves the run key. */
+ * us by, and proves the run key. A handshake that fails (the replica busy
+ * with peers that say nothing) is tried again for up to 30 s. */
 static int connect_node(int h) {
-  struct sockaddr_in local;
-  int alen = sizeof local;
-  sc3(SYS_getsockname, g.hosts[h].fd, &local, &alen);
-  int fd = hide_fd((int)sc3(SYS_socket, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd < 0) return fd;
-  local.sin_port = 0;
-  sc3(SYS_bind, fd, &local, sizeof local);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = __builtin_bswap16(g.hosts[h].port),
-                          .sin_addr = {g.hosts[h].ip}};
-  long r;
-  do r = sc3(SYS_connect, fd, &a, sizeof a);
-  while (r == -EINTR);
-  if (r) {
+  uint64_t deadline = now_ns() + 30ull * 1000000000ull;
+  for (;;) {
+    struct sockaddr_in local;
+    int alen = sizeof local;
+    sc3(SYS_getsockname, g.hosts[h].fd, &local, &alen);
+    int fd = hide_fd((int)sc3(SYS_socket, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (fd < 0) return fd;
+    local.sin_port = 0;
+    sc3(SYS_bind, fd, &local, sizeof local);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = __builtin_bswap16(g.hosts[h].port),
+                            .sin_addr = {g.hosts[h].ip}};
+    long r;
+    do r = sc3(SYS_connect, fd, &a, sizeof a);
+    while (r == -EINTR);
+    if (r) {
+      sc1(SYS_close, fd);
+      return (int)r; /* the replica is gone */
+    }
+    tune_socket(fd);
+    int e = auth_client(fd, BKS_ROLE_THREAD);
+    if (!e) return fd;
     sc1(SYS_close, fd);
-    return (int)r;
+    if (now_ns() > deadline) die("node %d's replica failed the handshake for 30 s (%s)", h, (long)auth_error(e), 0, 0);
+    sleep_ms(50);
   }
-  tune_socket(fd);
-  int e = auth_client(fd, BKS_ROLE_THREAD);
-  if (e) die("node %d's replica failed the handshake (%s)", h, (long)auth_error(e), 0, 0);
-  return fd;
 }
 
 static uint64_t executor(void *p) {
@@ -165,8 +173,15 @@ static uint64_t executor(void *p) {
       __atomic_fetch_add(&g.stats->host[h].syscalls, 1, __ATOMIC_RELAXED);
       send_msg(fd, BKS_RESULT, (uint64_t)res, flags, seq, 0, 0);
     } else if (m.type == BKS_MAPINFO) {
-      struct item it = {.kind = ITEM_MAPINFO, .host = h, .page = m.a, .len = m.b};
-      uint64_t seq = ask_manager(&it);
+      struct item it;
+      uint64_t seq;
+      for (int tries = 0;; tries++) {
+        it = (struct item){.kind = ITEM_MAPINFO, .host = h, .page = m.a, .len = m.b};
+        seq = ask_manager(&it);
+        if (it.result_status != BKS_MAPPED_CONVERT) break;
+        if (tries > 100) die("the mapping at 0x%x keeps changing while a node maps it", (long)m.a, 0, 0, 0);
+        convert_at(m.a); /* a file mapping: here, not in the manager (convert.c) */
+      }
       send_msg(fd, BKS_MAPPED, it.result_status, it.prot, seq, 0, 0);
     } else if (m.type == BKS_CREATE && m.len == 8) {
       int rc = home_create((pthread_t *)m.a, (const pthread_attr_t *)m.b, (void *(*)(void *))m.c, (void *)pl.arg);
@@ -186,7 +201,7 @@ static uint64_t executor(void *p) {
   }
   sc1(SYS_close, fd);
   ts->done = 1;
-  pin_tid_word();
+  hand_over_tid_word();
   return ret;
 }
 
@@ -215,12 +230,12 @@ static void *exec_start(void *p) {
   return r;
 }
 
-/* A thread placed on the home host: the program's start routine, then the
- * TID word's page is pinned here (see pin_tid_word). */
+/* A thread placed on the home host: the program's start routine, then its
+ * TID word goes to the manager (hand_over_tid_word). */
 static void *home_thread(void *p) {
   struct xbox *x = p;
   void *r = x->fn(x->arg);
-  pin_tid_word();
+  hand_over_tid_word();
   return r;
 }
 

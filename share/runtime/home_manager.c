@@ -109,7 +109,6 @@ struct reqq {
   uint32_t head, tail, cap;
 };
 static struct reqq pending;  /* to serve */
-static struct reqq deferred; /* nodes' requests for pinned pages */
 
 static void rq_push(struct reqq *r, struct req x) {
   if (r->tail - r->head == r->cap) {
@@ -127,8 +126,10 @@ static int rq_pop(struct reqq *r, struct req *x) {
   return 1;
 }
 
-static struct pin { uint64_t page; int pidfd; } pins[BKS_MAX_THREADS];
-static int npins;
+/* Threads that handed over their TID word (hand_over_tid_word), until they
+ * have gone. */
+static struct item *exiting[BKS_MAX_THREADS];
+static int nexiting;
 
 /* Executor -> manager queue. */
 static volatile int qlock;
@@ -154,7 +155,7 @@ void node_gone(int h, int err) {
 /* ------------------------------------------------------------------ */
 /* Home's pending step, and the events that move it                    */
 
-enum { TODO_NONE, TODO_INSTALL, TODO_UPGRADE, TODO_ZERO };
+enum { TODO_NONE, TODO_INSTALL, TODO_UPGRADE, TODO_ZERO, TODO_RESTORE };
 static struct {
   int kind;
   uint64_t page;
@@ -245,6 +246,11 @@ static void home_apply(void) {
       e = uffd_copy(p, todo_data, todo.ro);
       if (e == -EEXIST)
         die("internal error: page 0x%x is already at home (directory out of step; please report)", (long)p, 0, 0, 0);
+    } else if (todo.kind == TODO_RESTORE) {
+      /* putting back a copy we dropped: if the drop missed it (the page
+       * had moved first), it is there already */
+      e = uffd_copy(p, todo_data, todo.ro);
+      if (e == -EEXIST) e = 0;
     } else if (todo.kind == TODO_ZERO) {
       e = uffd_copy(p, zero_page, 0);
       if (e == -EEXIST) e = uffd_wp(p, PAGE, 0); /* a thread raced us here: fine, it is home's */
@@ -288,6 +294,23 @@ enum { DONE = 0, AGAIN = 1 };
  * (src keeps a read-only copy) or TAKE (src drops it). AGAIN: home could
  * not stop its own writes yet (a mapping change in flight); nothing
  * changed. */
+/* Did a mapping change begin since home's last check? Reads and drops of
+ * home's memory are not refused during one, as the userfaultfd calls are,
+ * so each is followed by a call that is: write protection, which home's
+ * copy has or is about to lose anyway. If one began, what was dropped is
+ * put back (`todo` follows the change), and the request is served again
+ * from the start: nothing else has changed yet. */
+static int changed_since(uint64_t page, const uint8_t *dropped, int ro) {
+  if (uffd_wp(page, PAGE, 1) != -EAGAIN) return 0;
+  if (dropped) {
+    memcpy(todo_data, dropped, PAGE);
+    todo.kind = TODO_RESTORE, todo.page = page, todo.ro = ro;
+  }
+  changed_meanwhile();
+  home_apply();
+  return 1;
+}
+
 static int get_copy(int src, uint64_t page, uint32_t kind, void *data) {
   if (src != 0) {
     host_send(src, kind, page, 0, 0, 0, 0);
@@ -295,13 +318,18 @@ static int get_copy(int src, uint64_t page, uint32_t kind, void *data) {
     g.stats->host[src].pages_out++;
     return DONE;
   }
+  if (kind == BKS_DOWNGRADE && !page_here(page)) {
+    /* untouched: the read-only copy home keeps is zeros */
+    long e = uffd_copy(page, zero_page, 1);
+    if (e == -EAGAIN) return AGAIN;
+  }
   if (kind != BKS_FETCH) {
     long e = uffd_wp(page, PAGE, 1);
     if (e == -EAGAIN) return AGAIN;
   }
   mem_read(page, data, PAGE);
   if (kind == BKS_TAKE) drop(page, PAGE);
-  return DONE;
+  return changed_since(page, kind == BKS_TAKE ? data : 0, 0) ? AGAIN : DONE;
 }
 
 static int is_zero(const uint8_t *p) {
@@ -325,20 +353,26 @@ static void grant_node(int r, uint64_t page, const uint8_t *data, int mode) {
   }
 }
 
-/* Every host in cs but keep drops its copy; returns once all have. */
-static void invalidate(uint16_t cs, int keep, uint64_t page) {
+/* Every host in cs but keep drops its copy; returns once all have. Home
+ * drops first: if a mapping change came in between, its copy is put back
+ * and nothing else has changed (AGAIN). */
+static int invalidate(uint16_t cs, int keep, uint64_t page) {
+  static uint8_t mine[PAGE] __attribute__((aligned(64)));
   uint16_t others = cs & (uint16_t)~(1u << keep);
-  for (int s = 1; s < g.nhosts; s++)
-    if (others & (1u << s)) host_send(s, BKS_INVALIDATE, page, 0, 0, 0, 0);
   if (others & 1) {
+    mem_read(page, mine, PAGE);
     drop(page, PAGE);
+    if (changed_since(page, mine, 1)) return AGAIN;
     g.stats->host[0].invalidations++;
   }
+  for (int s = 1; s < g.nhosts; s++)
+    if (others & (1u << s)) host_send(s, BKS_INVALIDATE, page, 0, 0, 0, 0);
   for (int s = 1; s < g.nhosts; s++)
     if (others & (1u << s)) {
       await(s, BKS_ACK, page, 0);
       g.stats->host[s].invalidations++;
     }
+  return DONE;
 }
 
 static void set_dir(uint64_t page, int owner, uint16_t cs) {
@@ -370,7 +404,7 @@ static int serve_node(int r, uint64_t page, int write, int owner, uint16_t cs) {
       cs = (uint16_t)((1u << owner) | (1u << r));
     } else {
       int src = (cs & 1) ? 0 : __builtin_ctz(cs);
-      get_copy(src, page, BKS_FETCH, data); /* FETCH never waits on home */
+      if (get_copy(src, page, BKS_FETCH, data) == AGAIN) return AGAIN;
       cs |= (uint16_t)(1u << r);
     }
     set_dir(page, SHARED_OWNER, cs);
@@ -385,9 +419,9 @@ static int serve_node(int r, uint64_t page, int write, int owner, uint16_t cs) {
   }
   if (!holds_r) {
     int src = (cs & 1) ? 0 : __builtin_ctz(cs);
-    get_copy(src, page, BKS_FETCH, data);
+    if (get_copy(src, page, BKS_FETCH, data) == AGAIN) return AGAIN;
   }
-  invalidate(cs, r, page);
+  if (invalidate(cs, r, page) == AGAIN) return AGAIN;
   set_dir(page, r, 0);
   grant_node(r, page, holds_r ? 0 : data, 2);
   return DONE;
@@ -455,10 +489,6 @@ static int serve(struct req *q) {
     return DONE;
   }
   struct dent *e = dir_find(page, 0);
-  if (e && e->pinned && r != 0) {
-    rq_push(&deferred, *q);
-    return DONE;
-  }
   int owner = e ? e->owner : 0;
   uint16_t cs = e ? e->copyset : 0;
   if (q->write) g.stats->host[r].write_faults++;
@@ -530,11 +560,11 @@ static void mapinfo(struct item *it) {
     uint64_t seen = layout_changes;
     last_lo = ~0ull, last_hi = 0;
     if (v.inode != 0) {
-      /* a file mapping made after start-up (dlopen, mmap): its pages
-       * become shared memory with the same contents, so that home's
-       * unmapping of it reaches the nodes */
-      if (make_anonymous(&v)) continue;
-      g.stats->converted++;
+      /* a file mapping made after start-up (dlopen, mmap): the executor
+       * makes it shared memory with the same contents (convert.c), so
+       * that home's unmapping of it reaches the nodes; then asks again */
+      it->result_status = BKS_MAPPED_CONVERT;
+      return;
     }
     if (share_range(v.start, v.end)) continue; /* it changed since we read it: look again */
     drain_events();
@@ -546,36 +576,17 @@ static void mapinfo(struct item *it) {
   it->result = g.hosts[it->host].sent;
 }
 
-/* The dynamic linker has mapped new objects (dlopen; the doorbell rings
- * before it relocates them): the writable parts of their file mappings
- * (data, and RELRO, which is still writable then) become shared memory
- * now, before anything is written there; their text stays a file mapping
- * until a node touches it. An object is found by its load address: the
- * mapping there names the file, and the object's other mappings are those
- * of the same file after it. */
+/* The dynamic linker mapped new objects and the thread that loaded them
+ * converted their writable file mappings (convert.c, convert_loaded):
+ * register those that are still what it made. */
 static void prepare(struct item *it) {
   drain_events();
-  read_maps(maps_buf, MAPS_CAP);
-  static struct vma todo_v[256];
-  static uint64_t inodes[ITEM_BASES], lows[ITEM_BASES];
-  int ni = 0, n = 0;
-  const char *p = maps_buf;
-  struct vma v;
-  /* the file each new object was mapped from */
-  while (next_vma(&p, &v))
-    for (int b = 0; b < it->nbases; b++)
-      if (v.inode && it->bases[b] >= v.start && it->bases[b] < v.end) inodes[ni] = v.inode, lows[ni++] = v.start;
-  p = maps_buf;
-  while (next_vma(&p, &v) && n < 256) {
-    if (ours(&v) || v.shared || v.inode == 0 || !(v.prot & PROT_WRITE) || rs_overlaps(&regs, v.start, v.end)) continue;
-    int mine = it->nbases < 0;
-    for (int k = 0; k < ni && !mine; k++) mine = v.inode == inodes[k] && v.start >= lows[k];
-    if (mine) todo_v[n++] = v;
-  }
-  for (int i = 0; i < n; i++) {
-    if (make_anonymous(&todo_v[i])) continue;
-    g.stats->converted++;
-    share_range(todo_v[i].start, todo_v[i].end);
+  for (int i = 0; i < it->nbases; i++) {
+    struct vma v;
+    if (!find_vma(maps_buf, MAPS_CAP, it->bases[i].start, &v) || v.inode != 0 || v.start != it->bases[i].start ||
+        v.end != it->bases[i].end || rs_overlaps(&regs, v.start, v.end))
+      continue;
+    if (!share_range(v.start, v.end)) g.stats->converted++;
   }
   drain_events();
 }
@@ -634,15 +645,15 @@ static void run_queue(void) {
     unlock(&qlock);
     if (!it) return;
     switch (it->kind) {
-    case ITEM_PIN:
-      /* a pin without a record of its pidfd would never end: with the
-       * table full, the thread goes unpinned */
-      if (npins < BKS_MAX_THREADS) {
-        dir_find(it->page, 1)->pinned++;
-        pins[npins++] = (struct pin){it->page, it->pidfd};
-      } else {
-        sc1(SYS_close, it->pidfd);
+    case ITEM_TID:
+      if (nexiting < BKS_MAX_THREADS) {
+        exiting[nexiting++] = it;
+        __atomic_store_n(&it->done, 1, __ATOMIC_RELEASE);
+        sc6(SYS_futex, (long)&it->done, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+        continue; /* ours now: released when the thread has gone */
       }
+      /* table full: let the kernel clear it, as natively */
+      sc1(SYS_close, it->pidfd);
       break;
     case ITEM_BARRIER:
       drain_events();
@@ -704,6 +715,21 @@ uint64_t ask_manager(struct item *it) {
   return it->result;
 }
 
+/* A thread that handed over its TID word has gone: the word becomes 0 and
+ * its waiters (pthread_join, glibc's stack cache) are woken, as the kernel
+ * would have done. The page is made home's, writable, first (a home write
+ * request, served here and now). */
+static void clear_tid(struct item *it) {
+  uint64_t word = it->page;
+  struct req q = {0, PAGE_DOWN(word), 1, now_ns()};
+  while (serve(&q) == AGAIN) changed_meanwhile();
+  uint32_t zero = 0;
+  long r = sc4(SYS_pwrite64, g.memw_fd, &zero, 4, word);
+  if (r == 4) sc6(SYS_futex, (long)word, FUTEX_WAKE, 0x7fffffff, 0, 0, 0); /* shared, as the kernel's */
+  sc1(SYS_close, it->pidfd);
+  item_put(it);
+}
+
 /* ------------------------------------------------------------------ */
 /* The loop                                                            */
 
@@ -740,8 +766,8 @@ static void home_manager(void *unused) {
     pf[n++] = (struct pollfd){g.uffd, POLLIN, 0};
     pf[n++] = (struct pollfd){qevent, POLLIN, 0};
     for (int h = 1; h < g.nhosts; h++) pf[n++] = (struct pollfd){g.hosts[h].fd, POLLIN, 0};
-    int pin0 = n, polled = npins; /* run_queue below may add pins: they were not polled */
-    for (int i = 0; i < npins; i++) pf[n++] = (struct pollfd){pins[i].pidfd, POLLIN, 0};
+    int ex0 = n, polled = nexiting; /* run_queue below may add more: they were not polled */
+    for (int i = 0; i < nexiting; i++) pf[n++] = (struct pollfd){exiting[i]->pidfd, POLLIN, 0};
     long r = spin_poll(pf, n);
     if (r < 0) continue;
     if (pf[0].revents) drain_events();
@@ -762,14 +788,10 @@ static void home_manager(void *unused) {
       handle_ctrl(h, &m, pl);
     }
     for (int i = polled - 1; i >= 0; i--) {
-      if (!pf[pin0 + i].revents) continue;
-      /* the thread has exited: its TID word is cleared, the page is free */
-      struct dent *e = dir_find(pins[i].page, 0);
-      if (e && e->pinned) e->pinned--;
-      sc1(SYS_close, pins[i].pidfd);
-      pins[i] = pins[--npins];
-      struct req q;
-      while (rq_pop(&deferred, &q)) rq_push(&pending, q);
+      if (!pf[ex0 + i].revents) continue;
+      struct item *it = exiting[i];
+      exiting[i] = exiting[--nexiting];
+      clear_tid(it);
     }
   }
 }
@@ -778,8 +800,7 @@ void home_manager_start(void) {
   maps_buf = priv_alloc(MAPS_CAP);
   qevent = hide_fd((int)sc2(SYS_eventfd2, 0, O_CLOEXEC));
   char *stack = priv_alloc(1 << 20);
-  long r = __bunkai_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM,
-                          stack + (1 << 20), 0, home_manager, 0);
+  long r = __bunkai_clone(THREAD_FLAGS, stack + (1 << 20), 0, home_manager, 0, 0);
   if (r < 0) die("cannot start the manager thread (%d)", r, 0, 0, 0);
 }
 

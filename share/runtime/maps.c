@@ -62,7 +62,11 @@ int find_vma(char *buf, long cap, uint64_t addr, struct vma *v) {
 int ours(const struct vma *v) {
   if (v->start >= BKS_PRIVATE_BASE && v->end <= BKS_PRIVATE_BASE + BKS_PRIVATE_SIZE) return 1;
   if (v->end > g.lib_lo && v->start < g.lib_hi) return 1;
-  if (v->path[0] == '[' && !sequal(v->path, "[heap]") && !sequal(v->path, "[stack]")) return 1; /* vdso, vvar, vsyscall */
+  /* the kernel's own: vdso, vvar, vsyscall (not [heap], [stack], or the
+   * program's named anonymous memory, [anon:NAME]) */
+  if (sequal(v->path, "[vdso]") || sequal(v->path, "[vvar]") || sequal(v->path, "[vvar_vclock]") ||
+      sequal(v->path, "[vsyscall]") || sequal(v->path, "[uprobes]"))
+    return 1;
   return 0;
 }
 

@@ -15,6 +15,14 @@
 #define MADV_DONTNEED_LOCKED 24
 #endif
 
+/* A message to home on the control connection (a dying thread may write
+ * there too: die(), util.c). */
+static void up(uint32_t type, uint64_t a, uint64_t b, const void *pl, uint32_t len) {
+  lock(&g.ctrl_lock);
+  send_msg(g.hosts[0].fd, type, a, b, 0, pl, len);
+  unlock(&g.ctrl_lock);
+}
+
 static void drop(uint64_t p, uint64_t len) {
   if (sc3(SYS_madvise, p, len, MADV_DONTNEED_LOCKED) == -EINVAL) sc3(SYS_madvise, p, len, MADV_DONTNEED);
 }
@@ -135,16 +143,26 @@ static void map_fresh(uint64_t s, uint64_t e, int prot) {
   rs_add(&fresh, s, e);
 }
 
-/* REMAP: home moved [from, from + len) to to; what we hold moves too. */
+/* REMAP: home moved [from, from + len) to to; what we hold moves too.
+ * Our userfaultfd has no REMAP events (our own mremap would wait for us to
+ * read them), so the kernel drops the moved range's registration and the
+ * pages' write protection: register it again and write-protect every page
+ * we hold there. Read-only copies are read-only again; a page of ours
+ * that was writable costs one request on its next write (home answers
+ * "you hold it"). All before the next control message, so no thread of
+ * ours can use the range in between (it learns of the new address only
+ * through a later message). */
 static void remap(uint64_t from, uint64_t to, uint64_t len) {
   fresh_take(from, from + len);
   fresh_take(to, to + len);
   sc2(SYS_munmap, to, len); /* nothing of ours can be there: an UNMAP said so first */
   int n = mapped_runs(from, from + len, runs, 4096);
   for (int i = 0; i < n; i++) {
-    uint64_t l = runs[i].end - runs[i].start;
-    long r = sc5(SYS_mremap, runs[i].start, l, l, MREMAP_MAYMOVE | MREMAP_FIXED, to + (runs[i].start - from));
+    uint64_t l = runs[i].end - runs[i].start, dst = to + (runs[i].start - from);
+    long r = sc5(SYS_mremap, runs[i].start, l, l, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
     if (r < 0) die("cannot move 0x%x-0x%x as home did (%d)", (long)runs[i].start, (long)runs[i].end, r, 0);
+    if (uffd_register(dst, dst + l)) die("cannot register 0x%x-0x%x with userfaultfd again", (long)dst, (long)(dst + l), 0, 0);
+    uffd_wp(dst, l, 1);
   }
   uffd_wake(from, len);
   uffd_wake(to, len);
@@ -182,7 +200,12 @@ static void control(struct bks_msg *m, char *pl) {
     break;
   }
   case BKS_GONE:
+    /* home has no shared page there: our mapping of it is one home never
+     * gave us (our stack grew into it) or one it has replaced. Drop it, so
+     * that the thread's retry faults into the ordinary way (SIGSEGV, then
+     * MAPINFO) instead of asking again for ever. */
     out_done(page);
+    if (sc3(SYS_msync, page, PAGE, MS_ASYNC) != -ENOMEM) sc2(SYS_munmap, page, PAGE);
     uffd_wake(page, PAGE);
     break;
   case BKS_FETCH:
@@ -196,20 +219,20 @@ static void control(struct bks_msg *m, char *pl) {
     } else if (m->type != BKS_FETCH) {
       uffd_wp(page, PAGE, 1);
     }
-    if (here && mem_read(page, data, PAGE)) send_msg(g.hosts[0].fd, BKS_DATA, page, 0, 0, data, PAGE);
-    else send_msg(g.hosts[0].fd, BKS_DATA, page, 0, 0, 0, 0);
+    if (here && mem_read(page, data, PAGE)) up(BKS_DATA, page, 0, data, PAGE);
+    else up(BKS_DATA, page, 0, 0, 0);
     if (m->type == BKS_TAKE) drop(page, PAGE);
     break;
   }
   case BKS_INVALIDATE:
     fresh_take(page, page + PAGE);
     drop(page, PAGE);
-    send_msg(g.hosts[0].fd, BKS_ACK, page, 0, 0, 0, 0);
+    up(BKS_ACK, page, 0, 0, 0);
     break;
   case BKS_ZAP:
     fresh_take(m->a, m->b);
     drop(m->a, m->b - m->a);
-    send_msg(g.hosts[0].fd, BKS_ACK, m->a, 0, 0, 0, 0);
+    up(BKS_ACK, m->a, 0, 0, 0);
     break;
   case BKS_MAP:
     map_shared(m->a, m->b, (int)m->c);
@@ -252,7 +275,7 @@ static void fault(struct uffd_msg *msg) {
   if (!o) o = out_add(page);
   o->mode = (uint8_t)mode;
   o->count++;
-  send_msg(g.hosts[0].fd, BKS_PAGE_REQ, page, (write ? BKS_REQ_WRITE : 0) | (wp ? BKS_REQ_HAVE : 0), 0, 0, 0);
+  up(BKS_PAGE_REQ, page, (write ? BKS_REQ_WRITE : 0) | (wp ? BKS_REQ_HAVE : 0), 0, 0);
 }
 
 /* Waits for any of pf: first by polling without sleeping for a while after
@@ -319,6 +342,38 @@ static void refuse(int fd, uint32_t ip, uint16_t port, const char *why) {
   sc1(SYS_close, fd);
 }
 
+/* Handshakes run on threads of their own, at most HANDSHAKES at once, so
+ * that peers that connect and say nothing (anyone on the home host can)
+ * cannot hold up the executors' connections. A worker's stack is reused
+ * once the kernel has cleared its slot's TID (CLONE_CHILD_CLEARTID). */
+#define HANDSHAKES 16
+static struct hs_slot {
+  volatile int tid; /* nonzero while the worker lives */
+  int fd;
+  uint32_t ip;
+  uint16_t port;
+  char *stack;
+} hs[HANDSHAKES];
+
+static void handshake(void *p) {
+  struct hs_slot *s = p;
+  int e = auth_server(s->fd, BKS_ROLE_THREAD);
+  if (e) {
+    refuse(s->fd, s->ip, s->port, auth_error(e));
+    return;
+  }
+  struct bks_msg m;
+  struct bks_start st;
+  uint64_t deadline = now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull;
+  if (rd_deadline(s->fd, &m, sizeof m, deadline) || m.type != BKS_START || m.len != sizeof st ||
+      rd_deadline(s->fd, &st, sizeof st, deadline)) {
+    refuse(s->fd, s->ip, s->port, "no START after the handshake");
+    return;
+  }
+  tune_socket(s->fd);
+  remote_thread_spawn(s->fd, &st);
+}
+
 static void acceptor(void *unused) {
   (void)unused;
   for (;;) {
@@ -335,27 +390,25 @@ static void acceptor(void *unused) {
       refuse(fd, a.sin_addr.s_addr, port, "not the home host");
       continue;
     }
-    int e = auth_server(fd, BKS_ROLE_THREAD);
-    if (e) {
-      refuse(fd, a.sin_addr.s_addr, port, auth_error(e));
+    struct hs_slot *s = 0;
+    for (int i = 0; i < HANDSHAKES && !s; i++)
+      if (!__atomic_load_n(&hs[i].tid, __ATOMIC_ACQUIRE)) s = &hs[i];
+    if (!s) {
+      refuse(fd, a.sin_addr.s_addr, port, "16 handshakes in progress already");
       continue;
     }
-    struct bks_msg m;
-    struct bks_start st;
-    uint64_t deadline = now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull;
-    if (rd_deadline(fd, &m, sizeof m, deadline) || m.type != BKS_START || m.len != sizeof st ||
-        rd_deadline(fd, &st, sizeof st, deadline)) {
-      refuse(fd, a.sin_addr.s_addr, port, "no START after the handshake");
-      continue;
+    if (!s->stack) s->stack = priv_alloc(64 * 1024);
+    s->fd = fd, s->ip = a.sin_addr.s_addr, s->port = port, s->tid = 1;
+    long r = __bunkai_clone(THREAD_FLAGS | CLONE_CHILD_CLEARTID, s->stack + 64 * 1024, 0, handshake, s, &s->tid);
+    if (r < 0) {
+      s->tid = 0;
+      refuse(fd, a.sin_addr.s_addr, port, "no thread for its handshake");
     }
-    tune_socket(fd);
-    remote_thread_spawn(fd, &st);
   }
 }
 
 void start_acceptor(void) {
   char *stack = priv_alloc(256 * 1024);
-  long r = __bunkai_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM,
-                          stack + 256 * 1024, 0, acceptor, 0);
+  long r = __bunkai_clone(THREAD_FLAGS, stack + 256 * 1024, 0, acceptor, 0, 0);
   if (r < 0) die("cannot start the acceptor thread (%d)", r, 0, 0, 0);
 }

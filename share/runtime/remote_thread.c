@@ -138,19 +138,22 @@ static void remote_thread(void *p) {
   __bunkai_run_on(t->sp, t->fn, t->arg);
 }
 
-/* A thread connection has started a thread (acceptor, node_manager.c). */
+/* A thread connection has started a thread (a handshake worker,
+ * node_manager.c; they run concurrently). */
+static volatile int threads_lock;
 void remote_thread_spawn(int fd, const struct bks_start *st) {
   struct rthread *t = priv_alloc(sizeof *t);
   t->fd = fd, t->thread = st->thread, t->tid = st->tid, t->pid = st->pid;
   t->fn = st->fn, t->arg = st->arg, t->sp = st->sp, t->fs = st->fs;
   int slot = -1;
+  lock(&threads_lock);
   for (int i = 0; i < BKS_MAX_THREADS && slot < 0; i++)
     if (!g.threads[i]) slot = i;
   if (slot < 0) die("more than %d threads on this node", BKS_MAX_THREADS, 0, 0, 0);
   __atomic_store_n(&g.threads[slot], t, __ATOMIC_RELEASE);
   if (slot + 1 > nthreads_hi) __atomic_store_n(&nthreads_hi, slot + 1, __ATOMIC_RELEASE);
+  unlock(&threads_lock);
   char *stack = priv_alloc(64 * 1024);
-  long r = __bunkai_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM | CLONE_SETTLS,
-                          stack + 64 * 1024, st->fs, remote_thread, t);
+  long r = __bunkai_clone(THREAD_FLAGS | CLONE_SETTLS, stack + 64 * 1024, st->fs, remote_thread, t, 0);
   if (r < 0) die("cannot create a thread (%d)", r, 0, 0, 0);
 }

@@ -133,7 +133,8 @@ const char *auth_error(int e);
 /* ------------------------------------------------------------------ */
 /* thread_x86_64.S                                                     */
 
-long __bunkai_clone(unsigned long flags, void *stack, uint64_t tls, void (*fn)(void *), void *arg);
+long __bunkai_clone(unsigned long flags, void *stack, uint64_t tls, void (*fn)(void *), void *arg, volatile int *child_tid);
+#define THREAD_FLAGS (CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM)
 uint64_t __bunkai_call_on(void *stack, uint64_t (*fn)(void *), void *arg);
 NORETURN void __bunkai_run_on(uint64_t sp, uint64_t fn, uint64_t arg);
 NORETURN void __bunkai_remote_exit(uint64_t ret);
@@ -178,6 +179,7 @@ struct runtime {
   uint32_t home_pid;
   volatile uint32_t next_thread;
   int mem_fd, pagemap_fd;         /* /proc/self/mem, /proc/self/pagemap */
+  int memw_fd;                    /* /proc/self/mem for writing (home manager: TID words) */
   int (*real_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
   void (*real_exit)(void *) __attribute__((noreturn));
   void *(*real_dlopen)(const char *, int);
@@ -188,22 +190,26 @@ struct runtime {
   struct rthread *threads[BKS_MAX_THREADS];
   volatile uint32_t processed;    /* control messages handled by the node manager */
   volatile uint32_t processed_waiters;
+  volatile int ctrl_lock;         /* node: writes on the control connection (manager, and die from any thread) */
 };
 extern struct runtime g;
 
 /* ------------------------------------------------------------------ */
 /* Between the files                                                   */
 
+struct range { uint64_t start, end; };
+
 /* home_manager.c: what executors and home threads ask of the manager. */
 enum item_kind {
-  ITEM_PIN = 1,      /* keep page here until pidfd says the thread exited */
+  ITEM_TID = 1,      /* page is a thread's TID word: clear it and wake its joiners once pidfd says the thread exited;
+                        the manager owns the item from then on */
   ITEM_BARRIER,      /* result: the control sequence of host */
   ITEM_PROTECT,      /* tell every node, then barrier */
   ITEM_FRESH,        /* [page, page + len) is a new mapping of host's thread: register, give it, result sequence;
                         result_status 0 when it was not possible (then an ordinary barrier) */
   ITEM_MAPINFO,      /* host's thread faulted at page (write: len = 1): make it mapped there */
   ITEM_ZAP,          /* [page, page + len): madvise(MADV_DONTNEED) for host's thread */
-  ITEM_PREPARE,      /* a home thread loaded libraries: make their written data shared memory */
+  ITEM_PREPARE,      /* a home thread converted these ranges (new objects' writable mappings): register them */
 };
 #define ITEM_BASES 32
 struct item {
@@ -212,10 +218,11 @@ struct item {
   uint64_t page, len, prot;
   int pidfd;
   volatile uint32_t done;
+  volatile uint32_t tid_sink;  /* ITEM_TID: where the kernel clears the TID instead */
   uint64_t result;         /* the control sequence the caller's node must reach */
   uint64_t result_status;  /* ITEM_MAPINFO: BKS_MAPPED_*; ITEM_FRESH: 1 done */
-  int nbases;              /* ITEM_PREPARE: the new objects' load addresses (-1: look at every mapping) */
-  uint64_t bases[ITEM_BASES];
+  int nbases;              /* ITEM_PREPARE: ranges the caller converted, to register */
+  struct range bases[ITEM_BASES];
   struct item *next;       /* the free list */
 };
 /* Items live in our memory: the manager must never touch a program
@@ -231,14 +238,12 @@ NORETURN void node_gone(int h, int err);
 struct dent {
   uint64_t page;     /* 0 = empty slot */
   uint16_t copyset;  /* hosts with a read-only copy, when owner == SHARED_OWNER */
-  uint16_t pinned;   /* threads whose exit waits for this page to stay here */
   uint8_t owner;     /* the host with the only, writable copy */
 };
 struct dent *dir_find(uint64_t page, int create);
 void dir_forget(uint64_t s, uint64_t e);
 void dir_move(uint64_t from, uint64_t to, uint64_t len);
 void dir_set_owner(uint64_t s, uint64_t e, int host);
-struct range { uint64_t start, end; };
 struct rangeset {
   struct range *r;
   int n, cap;
@@ -250,12 +255,14 @@ void rs_add(struct rangeset *s, uint64_t a, uint64_t b);
 int rs_cut(struct rangeset *s, uint64_t a, uint64_t b, int keep);
 extern struct rangeset regs;
 
-/* convert.c */
+/* convert.c (never in the home manager) */
 int make_anonymous(const struct vma *v);
+void convert_at(uint64_t addr);
+int convert_loaded(const uint64_t *bases, int n, struct range *out, int cap);
 
 /* executor.c */
 int home_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
-void pin_tid_word(void);
+void hand_over_tid_word(void);
 
 /* node_manager.c, remote_thread.c */
 NORETURN void node_manager(void);

@@ -33,11 +33,12 @@ __attribute__((visibility("default"))) int pthread_create(pthread_t *t, const pt
   return g.real_create(t, attr, fn, arg);
 }
 
-/* A home thread ending through pthread_exit pins its TID word's page as
- * one that returns does (executor.c). On a node, pthread_exit is forwarded
- * like any call that is not the thread's own business: not here. */
+/* A home thread ending through pthread_exit hands its TID word to the
+ * manager as one that returns does (executor.c). On a node, pthread_exit
+ * is forwarded like any call that is not the thread's own business: not
+ * here. */
 __attribute__((visibility("default"), noreturn)) void pthread_exit(void *ret) {
-  if (g.role == ROLE_HOME && g.nhosts > 1 && (uint32_t)sc0(SYS_getpid) == g.home_pid) pin_tid_word();
+  if (g.role == ROLE_HOME && g.nhosts > 1 && (uint32_t)sc0(SYS_getpid) == g.home_pid) hand_over_tid_word();
   if (!g.real_exit) g.real_exit = dlsym(RTLD_NEXT, "pthread_exit");
   g.real_exit(ret);
 }
@@ -58,14 +59,15 @@ struct doorbell {
   void (*loaded)(const uint64_t *bases, int n);
 };
 
-/* bases: the new objects' load addresses; n < 0: unknown (too many). */
+/* bases: the new objects' load addresses; n < 0: unknown (too many).
+ * Runs on the thread that is loading them: it converts their writable
+ * file mappings itself (convert.c), then has the manager register them. */
 static void loaded(const uint64_t *bases, int n) {
   if (g.role != ROLE_HOME || g.nhosts < 2 || (uint32_t)sc0(SYS_getpid) != g.home_pid) return;
   struct item *it = item_get();
   it->kind = ITEM_PREPARE;
-  it->nbases = n > ITEM_BASES ? -1 : n;
-  for (int i = 0; i < it->nbases; i++) it->bases[i] = bases[i];
-  ask_manager(it);
+  it->nbases = convert_loaded(bases, n, it->bases, ITEM_BASES);
+  if (it->nbases) ask_manager(it);
   item_put(it);
 }
 
@@ -109,6 +111,14 @@ static void prepare_memory(char *buf, long cap, int empty) {
   p = buf;
   while (next_vma(&p, &v)) {
     if (!is_shared_mem(&v)) continue;
+    if (g.role == ROLE_REPLICA && sequal(v.path, "[stack]")) {
+      /* the replica's stack is emptied and never used by the replica: a
+       * plain mapping in its place, so it does not grow down by itself
+       * into addresses home has not shared (the home stack's growth is
+       * learned like any mapping) */
+      long r = sc6(SYS_mmap, v.start, v.end - v.start, v.prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+      if (r != (long)v.start) die("cannot replace the replica's stack (%d)", r, 0, 0, 0);
+    }
     if (g.role == ROLE_HOME) {
       home_register(v.start, v.end);
     } else {
@@ -138,6 +148,52 @@ static void ip_text(uint32_t ip, char *out) {
   fmt(out, 16, "%d.%d.%d.%d", a);
 }
 
+/* Replicas calling in (home_start). */
+#define CALLERS 16
+static struct caller {
+  volatile int tid; /* nonzero while its worker lives */
+  int fd;
+  struct sockaddr_in a;
+  char *stack;
+} callers[CALLERS];
+static volatile int hosts_lock, called_in;
+static int g_nodes;
+
+static void refuse_caller(int fd, const struct sockaddr_in *a, const char *why) {
+  char ip[16];
+  ip_text(a->sin_addr.s_addr, ip);
+  say("bunkai share: refused a connection from %s:%d (%s)", (long)ip, __builtin_bswap16(a->sin_port), (long)why, 0);
+  __atomic_fetch_add(&g.stats->refused, 1, __ATOMIC_RELAXED);
+  sc1(SYS_close, fd);
+}
+
+static void hello(void *p) {
+  struct caller *c = p;
+  int e = auth_server(c->fd, BKS_ROLE_CONTROL);
+  if (e) {
+    refuse_caller(c->fd, &c->a, auth_error(e));
+    return;
+  }
+  tune_socket(c->fd);
+  struct bks_msg m;
+  struct bks_hello hi;
+  uint64_t deadline = now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull;
+  if (rd_deadline(c->fd, &m, sizeof m, deadline) || m.type != BKS_HELLO || m.len != sizeof hi ||
+      rd_deadline(c->fd, &hi, sizeof hi, deadline) || hi.magic != BKS_MAGIC || hi.version != BKS_VERSION ||
+      hi.host < 1 || (int)hi.host > g_nodes) {
+    refuse_caller(c->fd, &c->a, "no valid HELLO after the handshake");
+    return;
+  }
+  lock(&hosts_lock);
+  int dup = g.hosts[hi.host].fd != 0;
+  if (!dup) {
+    g.hosts[hi.host] = (struct host){c->fd, c->a.sin_addr.s_addr, hi.port, hi.pid, 0};
+    __atomic_add_fetch(&called_in, 1, __ATOMIC_RELEASE);
+  }
+  unlock(&hosts_lock);
+  if (dup) refuse_caller(c->fd, &c->a, "a second HELLO for the same host");
+}
+
 static void home_start(const char *s, char *buf, long cap) {
   /* "home <listen fd> <nodes> <stats fd> <place> <key fd>" */
   int lfd = (int)parse_u(&s, 10);
@@ -165,43 +221,35 @@ static void home_start(const char *s, char *buf, long cap) {
   g.real_create = dlsym(RTLD_NEXT, "pthread_create");
   if (!g.real_create || !g.real_exit) die("cannot find the real pthread_create and pthread_exit", 0, 0, 0, 0);
   lfd = hide_fd(lfd);
-  /* the replicas call in; each proves the run key before it is heard */
+  /* the replicas call in; each proves the run key before it is heard, on
+   * a thread of its own (at most CALLERS at once), so that peers that
+   * connect and say nothing cannot keep the nodes out */
   uint64_t deadline = now_ns() + 30ull * 1000000000ull;
-  for (int got = 0; got < nodes;) {
+  g_nodes = nodes;
+  while (__atomic_load_n(&called_in, __ATOMIC_ACQUIRE) < nodes) {
     struct pollfd pf = {lfd, POLLIN, 0};
     uint64_t now = now_ns();
-    if (now >= deadline) die("%d of %d nodes did not call in within 30 s (check the nodes' logs)", nodes - got, nodes, 0, 0);
-    if (sc3(SYS_poll, &pf, 1, (long)((deadline - now) / 1000000)) <= 0) continue;
+    if (now >= deadline)
+      die("%d of %d nodes did not call in within 30 s (check the nodes' logs)", nodes - called_in, nodes, 0, 0);
+    if (sc3(SYS_poll, &pf, 1, 100) <= 0) continue;
     struct sockaddr_in a;
     int alen = sizeof a;
     int fd = (int)sc4(SYS_accept4, lfd, &a, &alen, SOCK_CLOEXEC);
     if (fd < 0) continue;
     fd = hide_fd(fd);
-    tune_socket(fd);
-    char ip[16];
-    ip_text(a.sin_addr.s_addr, ip);
-    int e = auth_server(fd, BKS_ROLE_CONTROL);
-    if (e) {
-      say("bunkai share: refused a connection from %s:%d (%s)", (long)ip, __builtin_bswap16(a.sin_port),
-          (long)auth_error(e), 0);
-      g.stats->refused++;
-      sc1(SYS_close, fd);
+    struct caller *c = 0;
+    for (int i = 0; i < CALLERS && !c; i++)
+      if (!__atomic_load_n(&callers[i].tid, __ATOMIC_ACQUIRE)) c = &callers[i];
+    if (!c) {
+      refuse_caller(fd, &a, "16 handshakes in progress already");
       continue;
     }
-    struct bks_msg m;
-    struct bks_hello hi;
-    if (rd_deadline(fd, &m, sizeof m, now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull) || m.type != BKS_HELLO ||
-        m.len != sizeof hi || rd_deadline(fd, &hi, sizeof hi, now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull) ||
-        hi.magic != BKS_MAGIC || hi.version != BKS_VERSION || hi.host < 1 || (int)hi.host > nodes ||
-        g.hosts[hi.host].fd) {
-      say("bunkai share: refused a connection from %s:%d (no valid HELLO after the handshake)", (long)ip,
-          __builtin_bswap16(a.sin_port), 0, 0);
-      g.stats->refused++;
-      sc1(SYS_close, fd);
-      continue;
+    if (!c->stack) c->stack = priv_alloc(64 * 1024);
+    c->fd = fd, c->a = a, c->tid = 1;
+    if (__bunkai_clone(THREAD_FLAGS | CLONE_CHILD_CLEARTID, c->stack + 64 * 1024, 0, hello, c, &c->tid) < 0) {
+      c->tid = 0;
+      refuse_caller(fd, &a, "no thread for its handshake");
     }
-    g.hosts[hi.host] = (struct host){fd, a.sin_addr.s_addr, hi.port, hi.pid, 0};
-    got++;
   }
   sc1(SYS_close, lfd);
   uffd_open(1);
@@ -300,6 +348,7 @@ __attribute__((constructor)) static void bunkai_share_init(int argc, char **argv
   g.priv_next = BKS_PRIVATE_BASE + 2 * PAGE;
   g.mem_fd = hide_fd((int)sc4(SYS_openat, AT_FDCWD, "/proc/self/mem", O_RDONLY | O_CLOEXEC, 0));
   g.pagemap_fd = hide_fd((int)sc4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0));
+  if (home) g.memw_fd = hide_fd((int)sc4(SYS_openat, AT_FDCWD, "/proc/self/mem", O_RDWR | O_CLOEXEC, 0));
   if (g.mem_fd < 0 || g.pagemap_fd < 0) die("cannot open /proc/self/mem and /proc/self/pagemap", 0, 0, 0, 0);
   char *buf = priv_alloc(1 << 20);
   find_self(buf, 1 << 20);

@@ -1,8 +1,10 @@
 /* thread_x86_64.S: the runtime's threads and stack switches (x86-64).
  *
- *   long __bunkai_clone(flags, stack_top, tls, fn, arg)
+ *   long __bunkai_clone(flags, stack_top, tls, fn, arg, child_tid)
  *       a raw thread running fn(arg) on stack_top; it exits when fn
- *       returns. The parent gets the child's TID or -errno.
+ *       returns (with CLONE_CHILD_CLEARTID the kernel then clears
+ *       *child_tid and wakes it). The parent gets the child's TID or
+ *       -errno.
  *   uint64_t __bunkai_call_on(stack_top, fn, arg)
  *       runs fn(arg) on another stack and comes back with its result.
  *   noreturn __bunkai_run_on(sp, fn, arg)
@@ -25,7 +27,7 @@ __bunkai_clone:
         mov %r8, 8(%rsi)
         mov %rdx, %r8              /* tls */
         xor %edx, %edx             /* parent_tid */
-        xor %r10d, %r10d           /* child_tid */
+        mov %r9, %r10              /* child_tid */
         mov $56, %eax              /* SYS_clone */
         syscall
         test %rax, %rax

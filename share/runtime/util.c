@@ -106,6 +106,9 @@ void die(const char *f, long a0, long a1, long a2, long a3) {
   if (g.role == ROLE_HOME && g.stats && !g.stats->error[0])
     memcpy(g.stats->error, line, slen(line) < 255 ? slen(line) : 255);
   if (g.role == ROLE_REPLICA && g.hosts[0].fd > 0) {
+    /* the node manager writes there too: wait for it to finish its
+     * message (not for ever: it may be the one dying) */
+    for (int k = 0; k < 100000 && __atomic_exchange_n(&g.ctrl_lock, 1, __ATOMIC_ACQUIRE); k++) sc0(SYS_sched_yield);
     struct bks_msg m = {BKS_ERROR, (uint32_t)slen(line), 0, 0, 0};
     wr_all(g.hosts[0].fd, &m, sizeof m);
     wr_all(g.hosts[0].fd, line, m.len);

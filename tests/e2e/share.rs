@@ -463,7 +463,7 @@ fn share_program(name: &str) -> PathBuf {
     let dir = DIR.get_or_init(|| {
         let d = root().join("build/tests/share");
         std::fs::create_dir_all(&d).unwrap();
-        for n in ["basic", "sync", "litmus", "stress", "dlopen"] {
+        for n in ["basic", "sync", "litmus", "stress", "dlopen", "moves"] {
             let out = d.join(n);
             let st = Command::new("clang-14")
                 .args(["-O2", "-pthread", "-o"])
@@ -750,6 +750,34 @@ fn random_memory_stress_across_three_hosts() {
         let (on_nodes, moved) = spread(&v);
         assert!(on_nodes >= 2 && moved > 0, "{argv:?}: {v}");
         assert!(v["zapped_pages"].as_u64().unwrap() > 0, "{argv:?}: no page was dropped everywhere: {v}");
+    }
+}
+
+/// Memory moved under threads on other hosts: a buffer a node holds read-only
+/// copies of is moved with mremap and rewritten at home, and the node reads
+/// the new contents and its write reaches home (a node's move used to drop
+/// the range's userfaultfd registration: it read zeros, its write was
+/// lost); and main's stack grows deep and a node's thread uses it (it used
+/// to ask home for ever). Both placements, five runs each.
+#[test]
+fn memory_moved_and_grown_under_remote_threads() {
+    setup();
+    if !can_run("memory_moved_and_grown_under_remote_threads", true, true) {
+        return;
+    }
+    let h = Hosts::new(2).unwrap();
+    let nodes: Vec<Node> = (1..=2).map(|k| serving(&h, k)).collect();
+    let moves = share_program("moves");
+    let argv = [moves.to_str().unwrap()];
+    let want = native(&h, &argv, Duration::from_secs(30));
+    assert!(want.status.success(), "natively: {}", text(&want.stderr));
+    for place in ["remote", "rr"] {
+        for run in 1..=5 {
+            let out = shared(&h, &nodes, place, &argv, Duration::from_secs(60));
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "--place {place} run {run}: {}{err}", text(&out.stdout));
+            assert_eq!(text(&out.stdout), text(&want.stdout), "--place {place} run {run}: {err}");
+        }
     }
 }
 
