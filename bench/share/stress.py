@@ -10,8 +10,9 @@ hosts (network namespaces, --place rr):
     2+2W over both layouts, three kinds of access and every pair of hosts,
     at least 100,000 iterations per test, no forbidden outcome;
   - the random memory stress (stress.c) over many seeds, the dlopen program
-    (dlopen.c) and Python threads after `import hashlib`, each compared with
-    its native run.
+    (dlopen.c), regions first touched by two threads of a host at once
+    (firsttouch.c) and Python threads after `import hashlib`, each compared
+    with its native run.
 
 Writes bench/results/share-stress.md and share-stress.json (every run: what,
 exit status, same or not, wall time).
@@ -36,7 +37,7 @@ PROGRAMS = ROOT / "tests/programs/share"
 
 def build(work):
     out = {}
-    for n in ["litmus", "stress", "dlopen"]:
+    for n in ["litmus", "stress", "dlopen", "firsttouch"]:
         exe = work / n
         sh("clang-14", "-O2", "-pthread", "-o", str(exe), str(PROGRAMS / f"{n}.c"), "-ldl")
         out[n] = str(exe)
@@ -175,6 +176,10 @@ def main():
         dl = native([exe["dlopen"], "4"])
         for _ in range(max(args.runs // 4, 10)):
             rec.one("dlopen 4", [exe["dlopen"], "4"], dl)
+        ft = [exe["firsttouch"], "6", "200"]
+        ftn = native(ft)
+        for _ in range(max(args.runs // 10, 10)):
+            rec.one("firsttouch 6 200", ft, ftn)
         pyargv = ["/usr/bin/python3", str(PROGRAMS / "hash_threads.py"), "4"]
         py = native(pyargv)
         for _ in range(max(args.runs // 10, 5)):

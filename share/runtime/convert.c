@@ -34,12 +34,15 @@ static int make_anonymous_now(const struct vma *v) {
         (long)v->path, (long)(len >> 20), 0, 0);
   char *tmp = priv_alloc(len);
   mem_read(v->start, tmp, len);
+  /* the copy gets the mapping's protection before it takes its place: a
+   * thread running the library's code at that instant must never find it
+   * without PROT_EXEC (a node asking how it is mapped would be told it
+   * cannot run there; a home thread would fault) */
+  sc3(SYS_mprotect, tmp, len, v->prot);
   long r = sc5(SYS_mremap, tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, v->start);
   /* the private region stays reserved where tmp was */
   sc6(SYS_mmap, (long)tmp, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-  if (r != (long)v->start) return -1;
-  sc3(SYS_mprotect, v->start, len, v->prot);
-  return 0;
+  return r == (long)v->start ? 0 : -1;
 }
 
 int make_anonymous(const struct vma *v) { return make_anonymous_now(v); }

@@ -534,27 +534,39 @@ static int share_range(uint64_t s, uint64_t e) {
   return 0;
 }
 
+/* How often mapinfo reads the maps before it gives up on a changing layout. */
+#define MAPINFO_TRIES 100000
+
 /* A node's thread faulted at addr: make the home mapping there shared
  * memory and tell the node to map it. */
 static void mapinfo(struct item *it) {
   uint64_t addr = it->page;
   int access = (int)it->len; /* 0 read, 1 write, 2 execute */
+  int need = access == 1 ? PROT_WRITE : access == 2 ? PROT_EXEC : PROT_READ;
+  int misses = 0;
   for (int tries = 0;; tries++) {
-    if (tries > 100) die("the mappings at 0x%x keep changing while a node maps them", (long)addr, 0, 0, 0);
+    if (tries > MAPINFO_TRIES) die("the mappings at 0x%x keep changing while a node maps them", (long)addr, 0, 0, 0);
     drain_events();
     struct vma v;
-    if (!find_vma(maps_buf, MAPS_CAP, addr, &v) || ours(&v)) {
+    int found = find_vma(maps_buf, MAPS_CAP, addr, &v);
+    if (!found && mapped_at(addr)) {
+      /* this kernel reads the maps without the mmap lock, and our read
+       * caught a mremap in the middle (mapped_at holds the lock): look
+       * again once it is done */
+      sc0(SYS_sched_yield);
+      continue;
+    }
+    if (!found || ours(&v) || (!v.shared && !(v.prot & need))) {
+      /* a real fault, unless an mprotect or munmap was under way: look
+       * twice more */
+      if (++misses < 3) continue;
       it->result_status = BKS_MAPPED_NONE;
+      if (found) it->prot = (uint64_t)v.prot;
       break;
     }
     it->prot = (uint64_t)v.prot;
     if (v.shared) {
       it->result_status = BKS_MAPPED_SHARED;
-      break;
-    }
-    int need = access == 1 ? PROT_WRITE : access == 2 ? PROT_EXEC : PROT_READ;
-    if (!(v.prot & need)) {
-      it->result_status = BKS_MAPPED_NONE;
       break;
     }
     uint64_t seen = layout_changes;
@@ -758,6 +770,7 @@ static long spin_poll(struct pollfd *pf, int n) {
 
 static void home_manager(void *unused) {
   (void)unused;
+  block_signals();
   static struct pollfd pf[2 + BKS_MAX_HOSTS + BKS_MAX_THREADS];
   static char pl[PAGE + 512];
   for (;;) {

@@ -50,6 +50,16 @@ int next_vma(const char **p, struct vma *v) {
   return 1;
 }
 
+/* Is anything mapped at addr? Unlike a read of /proc/self/maps, which
+ * this kernel does without the mmap lock and so can catch a mremap
+ * between unmapping its destination and putting the moved mapping there,
+ * mincore holds the lock: it sees before or after a change, never the
+ * middle. */
+int mapped_at(uint64_t addr) {
+  unsigned char v;
+  return sc3(SYS_mincore, PAGE_DOWN(addr), PAGE, &v) != -ENOMEM;
+}
+
 /* The mapping holding addr; 0 if none. */
 int find_vma(char *buf, long cap, uint64_t addr, struct vma *v) {
   read_maps(buf, cap);

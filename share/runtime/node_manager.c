@@ -100,6 +100,7 @@ static char *maps;
 
 /* The parts of [s, e) this node has mapped (not ours), in order, one a
  * mapping (mremap moves one mapping at a time). */
+static int run_prot[4096]; /* each run's protection, for map_shared */
 static int mapped_runs(uint64_t s, uint64_t e, struct range *out, int cap) {
   read_maps(maps, NODE_MAPS_CAP);
   const char *p = maps;
@@ -108,7 +109,7 @@ static int mapped_runs(uint64_t s, uint64_t e, struct range *out, int cap) {
   while (next_vma(&p, &v)) {
     if (v.end <= s || v.start >= e || ours(&v)) continue;
     uint64_t lo = v.start > s ? v.start : s, hi = v.end < e ? v.end : e;
-    if (n < cap) out[n++] = (struct range){lo, hi};
+    if (n < cap) run_prot[n] = v.prot, out[n++] = (struct range){lo, hi};
     else die("more than %d mappings in 0x%x-0x%x", cap, (long)s, (long)e, 0);
   }
   return n;
@@ -116,19 +117,35 @@ static int mapped_runs(uint64_t s, uint64_t e, struct range *out, int cap) {
 
 static struct range runs[4096];
 
+/* New anonymous memory at [s, e), registered before any thread of ours
+ * can touch it: mapped PROT_NONE, registered, then given its protection.
+ * Mapped with its protection at once, a second thread touching it before
+ * the registration (the first one's SIGSEGV is what brought the MAP; the
+ * second may be running the same code) would get the kernel's zero page
+ * without a fault, and read zeros there for good. Under PROT_NONE it
+ * takes SIGSEGV instead, asks home, and retries once this is done. */
+static void changed_layout(void) { __atomic_add_fetch(&g.layout, 1, __ATOMIC_RELEASE); }
+
+static void map_registered(uint64_t s, uint64_t e, int prot) {
+  long r = sc6(SYS_mmap, s, e - s, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (r != (long)s) die("cannot map 0x%x-0x%x: something of ours is there (%d; please report)", (long)s, (long)e, r, 0);
+  if (uffd_register(s, e)) die("cannot register 0x%x-0x%x with userfaultfd", (long)s, (long)e, 0, 0);
+  if (prot != PROT_NONE) sc3(SYS_mprotect, s, e - s, prot);
+  changed_layout();
+}
+
 /* MAP: shared memory home has; map what of it is not mapped here. */
 static void map_shared(uint64_t s, uint64_t e, int prot) {
   int n = mapped_runs(s, e, runs, 4096);
   uint64_t at = s;
   for (int i = 0; i <= n; i++) {
     uint64_t gap_end = i < n ? runs[i].start : e;
-    if (gap_end > at) {
-      long r = sc6(SYS_mmap, at, gap_end - at, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-      if (r != (long)at) die("cannot map 0x%x-0x%x (%d)", (long)at, (long)gap_end, r, 0);
-      if (uffd_register(at, gap_end)) die("cannot register 0x%x-0x%x with userfaultfd", (long)at, (long)gap_end, 0, 0);
-    }
+    if (gap_end > at) map_registered(at, gap_end, prot);
     if (i < n) {
-      sc3(SYS_mprotect, runs[i].start, runs[i].end - runs[i].start, prot); /* home's protection now */
+      if (run_prot[i] != prot) { /* home's protection now */
+        sc3(SYS_mprotect, runs[i].start, runs[i].end - runs[i].start, prot);
+        changed_layout();
+      }
       at = runs[i].end;
     }
   }
@@ -136,10 +153,7 @@ static void map_shared(uint64_t s, uint64_t e, int prot) {
 
 /* FRESH: a new mapping of one of our threads; its pages are ours. */
 static void map_fresh(uint64_t s, uint64_t e, int prot) {
-  long r = sc6(SYS_mmap, s, e - s, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-  if (r != (long)s)
-    die("internal error: a fresh mapping at 0x%x-0x%x overlaps one of ours (%d; please report)", (long)s, (long)e, r, 0);
-  if (uffd_register(s, e)) die("cannot register 0x%x-0x%x with userfaultfd", (long)s, (long)e, 0, 0);
+  map_registered(s, e, prot);
   rs_add(&fresh, s, e);
 }
 
@@ -206,6 +220,7 @@ static void control(struct bks_msg *m, char *pl) {
      * MAPINFO) instead of asking again for ever. */
     out_done(page);
     if (sc3(SYS_msync, page, PAGE, MS_ASYNC) != -ENOMEM) sc2(SYS_munmap, page, PAGE);
+    changed_layout();
     uffd_wake(page, PAGE);
     break;
   case BKS_FETCH:
@@ -243,13 +258,16 @@ static void control(struct bks_msg *m, char *pl) {
   case BKS_UNMAP:
     fresh_take(m->a, m->b);
     sc2(SYS_munmap, m->a, m->b - m->a);
+    changed_layout();
     uffd_wake(m->a, m->b - m->a); /* threads waiting there see the unmap */
     break;
   case BKS_REMAP:
     remap(m->a, m->b, m->c);
+    changed_layout();
     break;
   case BKS_PROTECT:
     protect(m->a, m->b, (int)m->c);
+    changed_layout();
     break;
   case BKS_QUIT:
     sc1(SYS_exit_group, (long)m->a);
@@ -357,6 +375,7 @@ static struct hs_slot {
 
 static void handshake(void *p) {
   struct hs_slot *s = p;
+  block_signals();
   int e = auth_server(s->fd, BKS_ROLE_THREAD);
   if (e) {
     refuse(s->fd, s->ip, s->port, auth_error(e));
@@ -376,6 +395,7 @@ static void handshake(void *p) {
 
 static void acceptor(void *unused) {
   (void)unused;
+  block_signals();
   for (;;) {
     struct sockaddr_in a;
     int alen = sizeof a;

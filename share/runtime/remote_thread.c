@@ -95,8 +95,18 @@ void sigsegv(int sig, siginfo_t *si, void *ctxp) {
   if (!t) die("signal %d at 0x%x outside the program's threads", sig, (long)addr, 0, 0);
   uint64_t err = (uint64_t)uc->uc_mcontext.gregs[REG_ERR];
   int access = (err & 16) ? 2 : (err & 2) ? 1 : 0; /* instruction fetch, write, read */
-  if (PAGE_DOWN(addr) == t->last_fault && ++t->repeats > 4) crash(t, sig, addr);
-  if (PAGE_DOWN(addr) != t->last_fault) t->last_fault = PAGE_DOWN(addr), t->repeats = 0;
+  /* Home answered the last fault here "mapped", and the node manager has
+   * changed none of our mappings since, yet the access faults again: after
+   * a few such, it is the program's fault. A new mapping at the same place
+   * (a loop mapping, using and unmapping memory) is not a repeat. */
+  uint32_t layout = __atomic_load_n(&g.layout, __ATOMIC_ACQUIRE);
+  if (PAGE_DOWN(addr) == t->last_fault && layout == t->last_layout && ++t->repeats > 4) {
+    say("thread %d faults at 0x%x again and again, which home says is mapped: taken as the program's fault",
+        t->thread, (long)addr, 0, 0);
+    crash(t, sig, addr);
+  }
+  if (PAGE_DOWN(addr) != t->last_fault || layout != t->last_layout) t->repeats = 0;
+  t->last_fault = PAGE_DOWN(addr), t->last_layout = layout;
   if (sig != SIGSEGV) crash(t, sig, addr);
   struct bks_msg m;
   long st = rpc(t, BKS_MAPINFO, addr, (uint64_t)access, 0, 0, 0, &m);

@@ -94,6 +94,8 @@ struct vma {
 long read_maps(char *buf, long cap);
 int next_vma(const char **p, struct vma *v);
 int find_vma(char *buf, long cap, uint64_t addr, struct vma *v);
+int mapped_at(uint64_t addr);
+void block_signals(void);
 int ours(const struct vma *v);
 int is_shared_mem(const struct vma *v);
 int mem_read(uint64_t addr, void *buf, uint64_t len);
@@ -159,7 +161,8 @@ struct rthread {
   int ktid;                /* its kernel TID on this node */
   uint32_t thread, tid, pid;
   uint64_t fn, arg, sp, fs;
-  uint64_t last_fault;     /* the same fault over and over is a real one */
+  uint64_t last_fault;     /* the same fault over and over, nothing mapped */
+  uint32_t last_layout;    /* in between, is a real one (remote_thread.c) */
   int repeats;
   volatile uint8_t selector;
 };
@@ -190,6 +193,7 @@ struct runtime {
   struct rthread *threads[BKS_MAX_THREADS];
   volatile uint32_t processed;    /* control messages handled by the node manager */
   volatile uint32_t processed_waiters;
+  volatile uint32_t layout;       /* changes the node manager made to this node's mappings */
   volatile int ctrl_lock;         /* node: writes on the control connection (manager, and die from any thread) */
 };
 extern struct runtime g;

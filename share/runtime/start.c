@@ -169,6 +169,7 @@ static void refuse_caller(int fd, const struct sockaddr_in *a, const char *why) 
 
 static void hello(void *p) {
   struct caller *c = p;
+  block_signals();
   int e = auth_server(c->fd, BKS_ROLE_CONTROL);
   if (e) {
     refuse_caller(c->fd, &c->a, auth_error(e));

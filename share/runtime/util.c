@@ -173,3 +173,11 @@ int random_bytes(void *b, size_t n) {
   }
   return 0;
 }
+
+/* The runtime's own threads (managers, acceptor, handshake workers) take
+ * no signal: a process-directed signal must reach one of the program's
+ * threads, whose handlers expect the program's stack and thread pointer. */
+void block_signals(void) {
+  uint64_t all = ~0ull;
+  sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, 0, 8);
+}

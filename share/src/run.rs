@@ -218,6 +218,17 @@ fn start_node(
     }
 }
 
+/// What the runtime's `failed_err` (a negative errno, or another negative
+/// value for a closed connection) means, in words.
+fn link_error(err: i32) -> String {
+    match -err {
+        e if e == libc::ETIMEDOUT => "connection timed out".into(),
+        e if e == libc::ECONNRESET => "connection reset by the node".into(),
+        e if e > 1 && e < 4096 => io::Error::from_raw_os_error(e).to_string(),
+        _ => "the node closed the connection".into(),
+    }
+}
+
 /// Reads what a node sent; records how its replica ended.
 fn read_node(n: &mut Node) {
     match n.conn.fill() {
@@ -483,8 +494,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     if let (Some(h), Some(s)) = (runtime_blamed, &st) {
         let n = &mut nodes[h - 1];
         if n.ended.is_none() {
-            let e = io::Error::from_raw_os_error(-s.failed_err);
-            n.ended = Some(Ended::Lost(format!("connection lost: {e}")));
+            n.ended = Some(Ended::Lost(format!("connection lost: {}", link_error(s.failed_err))));
         }
         failed = failed.or(Some(h - 1));
     }
@@ -582,6 +592,16 @@ mod tests {
         }
         let many = (0..16).map(|i| format!("h{i}:1")).collect::<Vec<_>>().join(",");
         assert_eq!(parse_nodes(Some(&many)).unwrap_err().to_string(), "16 nodes given, at most 15 (drop some from --nodes)");
+    }
+
+    #[test]
+    fn runtime_link_errors_in_words() {
+        // the runtime's end of stream is -1: a closed connection, not EPERM
+        assert_eq!(link_error(-1), "the node closed the connection");
+        assert_eq!(link_error(-libc::ETIMEDOUT), "connection timed out");
+        assert_eq!(link_error(-libc::ECONNRESET), "connection reset by the node");
+        assert!(link_error(-libc::EPIPE).contains("roken pipe"));
+        assert_eq!(link_error(0), "the node closed the connection");
     }
 
     #[test]
