@@ -12,6 +12,7 @@ mod share;
 mod trace;
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -77,8 +78,12 @@ fn usage_error(e: clap::Error) -> ExitCode {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
+            // help on stdout: a write that fails ends as any command's does
+            let name = std::env::args().nth(1).filter(|a| !a.starts_with('-')).unwrap_or_default();
+            return match e.print().and_then(|()| std::io::stdout().flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(io) => output_failed(&name, &io),
+            };
         }
         _ => {}
     }
@@ -90,12 +95,14 @@ fn usage_error(e: clap::Error) -> ExitCode {
         .cloned()
         .unwrap_or_default();
     let text = e.to_string();
-    let first = text
-        .lines()
-        .next()
-        .unwrap_or("bad arguments")
-        .trim_start_matches("error: ")
-        .to_string();
+    // clap's first line, with what it lists on the indented lines below it
+    // ("the following required arguments were not provided:" and the names)
+    let mut lines = text.lines();
+    let mut first = lines.next().unwrap_or("bad arguments").trim_start_matches("error: ").to_string();
+    let listed: Vec<&str> = lines.take_while(|l| l.starts_with("  ")).map(str::trim).collect();
+    if !listed.is_empty() {
+        first = format!("{} {}", first, listed.join(", "));
+    }
     let known = [
         "scatter", "stats", "profile", "group", "serve", "run", "trace", "share", "flow", "mod",
     ];
@@ -107,12 +114,101 @@ fn usage_error(e: clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// The subcommand running, for the panic hook's one line.
+static RUNNING: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// How a failed write of our output ends the run, whichever command made it:
+/// a reader that went away (`| head -c1`) is no error, exit 0 in silence; a
+/// full disk or any other failure is one line.
+fn output_failed(name: &str, e: &std::io::Error) -> ExitCode {
+    if e.kind() == std::io::ErrorKind::BrokenPipe && stdout_reader_gone() {
+        return ExitCode::SUCCESS;
+    }
+    let fix = if e.raw_os_error() == Some(libc::ENOSPC) {
+        "free some space, or write the output elsewhere"
+    } else {
+        "check where the output goes"
+    };
+    let who = if name.is_empty() { "bunkai".to_string() } else { format!("bunkai {name}") };
+    let _ = writeln!(std::io::stderr(), "{who}: cannot write the output: {e} ({fix})");
+    ExitCode::from(1)
+}
+
+/// Whether stdout is a pipe nobody reads any more (its write end polls
+/// POLLERR). A broken pipe elsewhere (a socket to a node or a server) is a
+/// failure like any other.
+fn stdout_reader_gone() -> bool {
+    let mut p = libc::pollfd { fd: 1, events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one pollfd, no timeout
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLERR != 0 }
+}
+
+/// `println!` panics when stdout fails: every command's printing ends here
+/// instead, as `output_failed` says. Any other panic keeps Rust's report.
+fn install_output_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if let Some(rest) = msg.strip_prefix("failed printing to stdout: ") {
+            let name = RUNNING.get().copied().unwrap_or("");
+            let e = if rest.contains("os error 32") {
+                std::io::Error::from_raw_os_error(libc::EPIPE)
+            } else if rest.contains("os error 28") {
+                std::io::Error::from_raw_os_error(libc::ENOSPC)
+            } else {
+                std::io::Error::other(rest.to_string())
+            };
+            let code = output_failed(name, &e);
+            std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
+        }
+        default(info)
+    }));
+}
+
+/// The io::Error behind a command's failure, if writing our output was it
+/// (an io::Error in the chain, or one inside a serde_json error).
+fn output_error(e: &anyhow::Error) -> Option<std::io::Error> {
+    let is_output = |io: &std::io::Error| {
+        io.kind() == std::io::ErrorKind::BrokenPipe && stdout_reader_gone() || io.raw_os_error() == Some(libc::ENOSPC)
+    };
+    for c in e.chain() {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if is_output(io) {
+                return Some(match io.raw_os_error() {
+                    Some(n) => std::io::Error::from_raw_os_error(n),
+                    None => std::io::Error::from(io.kind()),
+                });
+            }
+        }
+        if let Some(j) = c.downcast_ref::<serde_json::Error>() {
+            if let Some(kind) = j.io_error_kind() {
+                let io = match kind {
+                    std::io::ErrorKind::BrokenPipe => std::io::Error::from_raw_os_error(libc::EPIPE),
+                    std::io::ErrorKind::StorageFull => std::io::Error::from_raw_os_error(libc::ENOSPC),
+                    k => std::io::Error::from(k),
+                };
+                if is_output(&io) {
+                    return Some(io);
+                }
+            }
+        }
+    }
+    None
+}
+
 fn main() -> ExitCode {
+    install_output_hook();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };
     let name = cli.cmd.name();
+    let _ = RUNNING.set(name);
     if matches!(cli.cmd, Cmd::Scatter(_) | Cmd::Group(_)) {
         bunkai_scatter::util::install_interrupt_cleanup(name);
     }
@@ -131,6 +227,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
+            if let Some(io) = output_error(&e) {
+                return output_failed(name, &io);
+            }
             let msg = format!("{e:#}").replace('\n', " ");
             eprintln!("bunkai {name}: {msg}");
             ExitCode::from(1)

@@ -1,0 +1,124 @@
+//! Every command that prints, with its output going nowhere: a pipe whose
+//! reader has gone (as `| head -c1` leaves it) ends the command quietly
+//! with status 0; a full disk (/dev/full) is one line and a non-zero
+//! status. Never a panic, a backtrace or a bare "Broken pipe".
+
+use bunkai_e2e::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Runs bunkai with `args`, its stdout a pipe nobody reads (the read end
+/// closed before it starts, so every write fails with EPIPE).
+fn into_closed_pipe(dir: &Path, args: &[&str]) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let child = Command::new(bunkai())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run bunkai");
+    wait_stderr(child, args)
+}
+
+/// Runs bunkai with `args`, its stdout /dev/full (every write: ENOSPC).
+fn into_full_disk(dir: &Path, args: &[&str]) -> std::process::Output {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let child = Command::new(bunkai())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(full))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run bunkai");
+    wait_stderr(child, args)
+}
+
+/// Waits for a child whose stdout is not ours, under DEADLINE.
+fn wait_stderr(mut child: std::process::Child, args: &[&str]) -> std::process::Output {
+    use std::io::Read;
+    let mut err = child.stderr.take().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`bunkai {}`: no end within {DEADLINE:?} (killed)", args.join(" "));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    std::process::Output { status, stdout: Vec::new(), stderr: t.join().unwrap() }
+}
+
+#[test]
+fn no_command_panics_on_a_closed_pipe_or_a_full_disk() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let ds = |p: &str| dir.join(p).to_str().unwrap().to_string();
+    // what the commands read: a trace, a scatter output with a profile, a module
+    bunkai_ok(&["trace", "record", "-o", &ds("t.bkt"), "--", "/bin/true"]);
+    let (f, o) = (program("features/features.c"), program("features/other.c"));
+    bunkai_ok(&["scatter", "-o", &ds("sc"), f.to_str().unwrap(), o.to_str().unwrap(), "--", "-O1", "-lm", "-lpthread"]);
+    let prof = Command::new(bunkai())
+        .args(["profile", &ds("sc"), "--"])
+        .current_dir(dir)
+        .output_within(DEADLINE);
+    assert!(prof.status.success(), "bunkai profile: {}", String::from_utf8_lossy(&prof.stderr));
+    let module = root().join("build/lib/bunkai/examples/sched/rr.o");
+    assert!(module.exists(), "{} is missing (run make)", module.display());
+    let m = module.to_str().unwrap();
+    let sc = ds("sc");
+    let cmds: Vec<Vec<&str>> = vec![
+        vec!["--help"],
+        vec!["trace", "--help"],
+        vec!["trace", "calls", "t.bkt"],
+        vec!["trace", "calls", "t.bkt", "--json"],
+        vec!["trace", "dump", "t.bkt"],
+        vec!["trace", "report", "t.bkt"],
+        vec!["trace", "report", "t.bkt", "--json"],
+        vec!["stats", &sc],
+        vec!["stats", &sc, "--json"],
+        vec!["group", &sc, "--json"],
+        vec!["group", &sc],
+        vec!["scatter", "-o", "sc2", f.to_str().unwrap(), o.to_str().unwrap(), "--json", "--", "-O1", "-lm", "-lpthread"],
+        vec!["mod", "info", m],
+        vec!["mod", "info", m, "--json"],
+        vec!["flow", "report", "--help"],
+    ];
+    for args in &cmds {
+        let what = args.join(" ");
+        let normal = Command::new(bunkai()).args(args).current_dir(dir).output_within(DEADLINE);
+        assert!(normal.status.success(), "`bunkai {what}`: {}", String::from_utf8_lossy(&normal.stderr));
+        let said = String::from_utf8_lossy(&normal.stderr);
+        let o = into_closed_pipe(dir, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "`bunkai {what}` into a closed pipe: {err}");
+        assert_eq!(err, said, "`bunkai {what}` into a closed pipe: stderr not as in a normal run");
+        let o = into_full_disk(dir, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+        if normal.stdout.is_empty() {
+            // nothing goes to stdout (group prints its summary on stderr)
+            assert_eq!(o.status.code(), Some(0), "`bunkai {what}` into /dev/full: {err}");
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(1), "`bunkai {what}` into /dev/full: {err}");
+        let last = err.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("bunkai") && last.contains("cannot write the output: No space left on device"),
+            "`bunkai {what}` into /dev/full: {err}"
+        );
+        assert_eq!(err.lines().count(), said.lines().count() + 1, "`bunkai {what}` into /dev/full: {err}");
+    }
+}
