@@ -147,8 +147,7 @@ fn sections(file: &Path) -> Vec<(String, u64, u64, u64)> {
     let o = Command::new("readelf")
         .arg("-SW")
         .arg(file)
-        .output()
-        .expect("readelf");
+        .output_within(DEADLINE);
     let mut out = Vec::new();
     for l in String::from_utf8_lossy(&o.stdout).lines() {
         let Some((_, rest)) = l.split_once(']') else {
@@ -197,16 +196,14 @@ fn check_no_dynamic_relocations(file: &Path) {
     let d = Command::new("readelf")
         .arg("-dW")
         .arg(file)
-        .output()
-        .unwrap();
+        .output_within(DEADLINE);
     let d = String::from_utf8_lossy(&d.stdout);
     assert!(!d.contains("TEXTREL"), "{}: {d}", file.display());
     let (lo, hi) = table_range(file);
     let r = Command::new("readelf")
         .arg("-rW")
         .arg(file)
-        .output()
-        .unwrap();
+        .output_within(DEADLINE);
     for l in String::from_utf8_lossy(&r.stdout).lines() {
         let Some(first) = l.split_whitespace().next() else {
             continue;
@@ -560,8 +557,7 @@ fn errors_are_one_clear_line() {
     let out = Command::new(bunkai())
         .args(["flow", "cc", "-O2", "/nonexistent.c", "-o"])
         .arg(d.path().join("x"))
-        .output()
-        .unwrap();
+        .output_within(DEADLINE);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no such file"),
@@ -579,8 +575,7 @@ fn errors_are_one_clear_line() {
         .arg(src("packets"))
         .arg("-o")
         .arg(d.path().join("nog.o"))
-        .output()
-        .unwrap();
+        .output_within(DEADLINE);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -617,6 +612,10 @@ fn spawn_weavable(exe: &Path, bufs: &Path) -> std::process::Child {
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
+        .map(|c| {
+            kill_after(&c, DEADLINE, &exe.display().to_string());
+            c
+        })
         .unwrap()
 }
 
@@ -746,12 +745,11 @@ fn dump_and_report_follow_flows_across_processes() {
         .env("BUNKAI_FLOW_DIR", &bufs)
         .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
         .env("BUNKAI_FLOW_BUF", "1M")
-        .output()
-        .unwrap();
+        .output_within(DEADLINE);
     let ended = wall();
     assert!(out.status.success(), "{out:?}");
     let with_dir = |args: &[&str]| -> std::process::Output {
-        let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap();
+        let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE);
         assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
         o
     };
@@ -839,7 +837,7 @@ fn dump_and_report_follow_flows_across_processes() {
     assert!(err.contains("not a bunkai flow buffer"), "{err}");
     let empty = d.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let o = Command::new(bunkai()).args(["flow", "report"]).env("BUNKAI_FLOW_DIR", &empty).output().unwrap();
+    let o = Command::new(bunkai()).args(["flow", "report"]).env("BUNKAI_FLOW_DIR", &empty).output_within(DEADLINE);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     one_line(&err);
@@ -851,8 +849,7 @@ fn dump_and_report_follow_flows_across_processes() {
 /// fills; the buffers shrink to fit and count what they drop.
 #[test]
 fn a_full_buffer_directory_costs_records_not_the_program() {
-    if !bunkai_share::sys::is_root() {
-        eprintln!("skipped: mounting a tmpfs needs root");
+    if !need_root("a_full_buffer_directory_costs_records_not_the_program", "mounting a tmpfs") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -860,17 +857,16 @@ fn a_full_buffer_directory_costs_records_not_the_program() {
     flow_cc_with_runtime("records", &["-O2"], &exe);
     let tiny = d.path().join("tiny");
     std::fs::create_dir(&tiny).unwrap();
-    let st = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "none"]).arg(&tiny).status().unwrap();
+    let st = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "none"]).arg(&tiny).status_within(DEADLINE);
     assert!(st.success());
     let out = Command::new(&exe)
         .args(["20000", "0", "0", "0", "0", "0"])
         .env("BUNKAI_FLOW_DIR", &tiny)
         .env("BUNKAI_FLOW_IDS", tiny.join("ids"))
         .env("BUNKAI_FLOW_BUF", "64M")
-        .output()
-        .unwrap();
-    let dump = Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &tiny).output().unwrap();
-    let _ = Command::new("umount").arg(&tiny).status();
+        .output_within(DEADLINE);
+    let dump = Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &tiny).output_within(DEADLINE);
+    let _ = Command::new("umount").arg(&tiny).status_within(DEADLINE);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "back end: 20000 packets\nfront end: 20000 packets, 1024 clones\n");
     let v: Value = serde_json::from_slice(&dump.stdout).unwrap();
@@ -900,7 +896,7 @@ fn weaving_and_unweaving_under_load_changes_nothing_but_the_calls() {
         .collect();
     assert!(sleds.len() >= 10, "{sleds:?}");
     let run = |mode: &str| -> String {
-        let o = Command::new(&exe).arg(mode).arg("300").args(&sleds).output().unwrap();
+        let o = Command::new(&exe).arg(mode).arg("300").args(&sleds).output_within(DEADLINE);
         assert!(o.status.success(), "{mode}: {o:?}");
         String::from_utf8(o.stdout).unwrap()
     };
@@ -935,8 +931,7 @@ fn emit_generates_a_module_that_compiles() {
         .arg(&c)
         .arg("-o")
         .arg(&obj)
-        .status()
-        .unwrap();
+        .status_within(DEADLINE);
     assert!(st.success(), "{src}");
     let info = String::from_utf8(bunkai_ok(&["mod", "info", obj.to_str().unwrap()]).stdout).unwrap();
     assert!(info.starts_with("flow_packets 1 "), "{info}");
@@ -1022,7 +1017,7 @@ fn weave_and_unweave_a_running_server() {
     one_line(&err);
     assert!(err.contains("nothing is woven"), "{err}");
     let flows: Value = serde_json::from_slice(
-        &Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout,
+        &Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout,
     )
     .unwrap();
     let flows = flows["flows"].as_array().unwrap();
@@ -1098,7 +1093,7 @@ fn flow_ids_cross_the_ring(bitfield: bool) {
     assert!(srv.wait().unwrap().success());
 
     let report = |bits: &str| -> Vec<Value> {
-        let o = Command::new(bunkai()).args(["flow", "report", "--json", "--id-bits", bits]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap();
+        let o = Command::new(bunkai()).args(["flow", "report", "--json", "--id-bits", bits]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE);
         assert!(o.status.success(), "{o:?}");
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
         v["flows"].as_array().unwrap().clone()
@@ -1111,8 +1106,7 @@ fn flow_ids_cross_the_ring(bitfield: bool) {
         let o = Command::new(bunkai())
             .args(["flow", "report", "--id-bits", "56", "--svg", svg.to_str().unwrap()])
             .env("BUNKAI_FLOW_DIR", &bufs)
-            .output()
-            .unwrap();
+            .output_within(DEADLINE);
         assert!(o.status.success(), "{o:?}");
         let pic = std::fs::read_to_string(&svg).unwrap();
         assert!(pic.starts_with("<svg ") && pic.trim_end().ends_with("</svg>"), "{pic}");
@@ -1138,8 +1132,7 @@ fn flow_ids_cross_the_ring(bitfield: bool) {
 /// end through the ring to kfree_skb in the back end.
 #[test]
 fn split_driver_case_study_follows_every_packet_across_the_ring() {
-    if !bunkai_share::sys::is_root() {
-        eprintln!("skipped: the case study needs root (a network namespace)");
+    if !need_root("split_driver_case_study_follows_every_packet_across_the_ring", "the case study's network namespace") {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -1148,8 +1141,7 @@ fn split_driver_case_study_follows_every_packet_across_the_ring() {
         .arg(root().join("bench/flow/splitdrv.py"))
         .args(["--packets", "200", "--out", md.to_str().unwrap(), "--json", js.to_str().unwrap()])
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .output()
-        .unwrap();
+        .output_within(DEADLINE);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&std::fs::read(&js).unwrap()).unwrap();
     let flows = v["flows"].as_array().unwrap();
@@ -1165,7 +1157,7 @@ fn split_driver_case_study_follows_every_packet_across_the_ring() {
     }
     let text = std::fs::read_to_string(&md).unwrap();
     assert!(text.contains("200 cross from the front end to the back end"), "{text}");
-    let left = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
+    let left = String::from_utf8(Command::new("ip").args(["netns", "list"]).output_within(DEADLINE).stdout).unwrap();
     assert!(!left.contains("bk-flow-"), "{left}");
 }
 
@@ -1206,6 +1198,7 @@ fn start_memcached(exe: &Path, port: u16, weavable_bufs: Option<&Path>) -> Serve
             .env("BUNKAI_FLOW_IDS", bufs.join("ids"));
     }
     let mut child = Server(cmd.stdout(std::process::Stdio::null()).spawn().unwrap());
+    kill_after(&child.0, DEADLINE, &describe(&cmd));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(child.0.try_wait().unwrap().is_none(), "{} exited before it listened", exe.display());
@@ -1251,8 +1244,7 @@ fn mc_session(port: u16) -> Vec<String> {
 fn memcaslap(port: u16, ops: u32) -> String {
     let o = Command::new("memcaslap")
         .args(["-s", &format!("127.0.0.1:{port}"), "-T", "1", "-c", "8", "-x", &ops.to_string()])
-        .output()
-        .expect("memcaslap (Debian's libmemcached-tools; run scripts/install-deps.sh)");
+        .output_within(DEADLINE);
     assert!(o.status.success(), "{o:?}");
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -1300,7 +1292,7 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     assert_eq!(mc_session(port), want, "woven without guards");
     bunkai_ok(&["flow", "unweave", "--pid", &pid]);
 
-    let rep: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
+    let rep: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout).unwrap();
     let flows = rep["flows"].as_array().unwrap();
     assert_eq!(flows.len(), 2 * MC_SESSION.len(), "one flow per request: {rep}");
     let places = |f: &Value| -> Vec<(String, u64)> {
@@ -1448,7 +1440,7 @@ fn after_advice_on_a_function_entry_runs_at_its_returns_with_the_value_returned(
     drop(input);
     assert!(srv.wait().unwrap().success());
 
-    let dump: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
+    let dump: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout).unwrap();
     let recs = dump["buffers"][0]["records"].as_array().unwrap();
     // in buffer order: entry, exit with the sum, once per call
     let seq: Vec<(u64, Option<u64>)> = recs.iter().map(|r| (r["values"][1].as_u64().unwrap(), r["values"].get(2).and_then(|v| v.as_u64()))).collect();
@@ -1534,9 +1526,9 @@ fn after_advice_runs_after_the_access_and_sees_the_loaded_value() {
     assert!(srv.wait().unwrap().success());
 
     // --summary: the counts without the records
-    let summary: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json", "--summary"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
+    let summary: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json", "--summary"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout).unwrap();
     assert!(summary["buffers"][0].get("records").is_none(), "{summary}");
-    let dump: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output().unwrap().stdout).unwrap();
+    let dump: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "dump", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout).unwrap();
     let recs = dump["buffers"][0]["records"].as_array().unwrap();
     assert_eq!(summary["buffers"][0]["record_count"].as_u64().unwrap() as usize, recs.len());
     let side = |k: u64| recs.iter().filter(move |r| r["values"][1] == k).collect::<Vec<_>>();
@@ -1594,7 +1586,7 @@ fn every_bundled_aspect_passes_check() {
     names.sort();
     assert!(names.len() >= 12, "{names:?}");
     for p in &names {
-        let o = Command::new(bunkai()).args(["flow", "check", "--json"]).arg(p).output().unwrap();
+        let o = Command::new(bunkai()).args(["flow", "check", "--json"]).arg(p).output_within(DEADLINE);
         assert!(o.status.success(), "{}: {}", p.display(), String::from_utf8_lossy(&o.stderr));
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(v["ok"], true, "{}: {v}", p.display());

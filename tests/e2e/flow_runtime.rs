@@ -3,7 +3,7 @@
 //! the static library), and the rules of a library that lives inside other
 //! processes, checked on the built files.
 
-use bunkai_e2e::{root, run_with_stdin};
+use bunkai_e2e::{root, run_with_stdin, Deadline, DEADLINE};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -79,7 +79,7 @@ fn unit_tests_against_the_static_library() {
 }
 
 fn tool(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
+    let out = Command::new(cmd).args(args).output_within(DEADLINE);
     assert!(out.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

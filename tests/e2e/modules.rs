@@ -40,6 +40,7 @@ impl Host {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start sched-host");
+        kill_after(&child, DEADLINE, "sched-host");
         let out = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -133,8 +134,7 @@ fn compile(src: &str, name: &str, dir: &Path, flags: &[&str]) -> PathBuf {
         .arg("-o")
         .arg(&o)
         .arg(&c)
-        .status()
-        .unwrap();
+        .status_within(DEADLINE);
     assert!(st.success(), "clang-14 failed on {name}");
     o
 }
@@ -155,8 +155,7 @@ fn policies_load_swap_and_unload_in_a_running_host() {
     let reference = Command::new(s.join("sched-host"))
         .args(["--rounds", "3", "--pace-us", "0", "--socket"])
         .arg(tempfile::tempdir().unwrap().path().join("r.sock"))
-        .output()
-        .unwrap();
+        .output_within(DEADLINE);
     let refs: Vec<Round> =
         String::from_utf8_lossy(&reference.stdout).lines().filter(|l| l.starts_with("round")).map(Round::parse).collect();
     assert_eq!(refs.len(), 3);
@@ -229,6 +228,7 @@ fn bad_modules_are_refused_and_leave_the_host_as_it_was() {
         .spawn()
         .and_then(|mut c| {
             use std::io::Write;
+            kill_after(&c, DEADLINE, "clang-14 --target=aarch64-linux-gnu");
             c.stdin.take().unwrap().write_all(b"int f(void) { return 1; }\n")?;
             c.wait()
         })
@@ -353,8 +353,7 @@ BUNKAI_MODULE_INIT(init);
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(bunkai())
             .args(["mod", "list", "--socket", h.sock()])
-            .output()
-            .unwrap();
+            .output_within(DEADLINE);
         assert!(!o.status.success(), "another user reached the host");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.starts_with("bunkai mod: "), "{err}");
@@ -368,9 +367,9 @@ fn racing_loads_and_unloads_keep_the_host_consistent() {
     let h = Host::start(&["--pace-us", "1000"]);
     let rr = s.join("rr.o");
     for _ in 0..10 {
-        let load = Command::new(bunkai()).args(["mod", "load", "--socket", h.sock()]).arg(&rr).output();
-        let unload = Command::new(bunkai()).args(["mod", "unload", "--socket", h.sock(), "rr"]).output();
-        let (l, u) = (load.unwrap(), unload.unwrap());
+        let load = Command::new(bunkai()).args(["mod", "load", "--socket", h.sock()]).arg(&rr).output_within(DEADLINE);
+        let unload = Command::new(bunkai()).args(["mod", "unload", "--socket", h.sock(), "rr"]).output_within(DEADLINE);
+        let (l, u) = (load, unload);
         // Whatever the order, each either worked or said why, in one line.
         for o in [&l, &u] {
             if !o.status.success() {
@@ -393,10 +392,10 @@ fn racing_loads_and_unloads_keep_the_host_consistent() {
         } else {
             c.args(["mod", "unload", "--socket", h.sock(), "rr"]);
         }
-        kids.push(c.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+        kids.push(c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
     }
     for k in kids {
-        let o = k.wait_with_output().unwrap();
+        let o = finish_named(k, DEADLINE, "bunkai mod load/unload (racing)");
         if !o.status.success() {
             let e = String::from_utf8_lossy(&o.stderr);
             assert!(e.starts_with("bunkai mod: ") && e.lines().count() == 1, "{e}");

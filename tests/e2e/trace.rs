@@ -2,7 +2,7 @@
 //! real programs, checked against Valgrind's own callgrind and lackey, and
 //! on Debian's Apache httpd (the paper's case study).
 
-use bunkai_e2e::{bunkai, bunkai_fails, bunkai_ok, program, run_with_stdin};
+use bunkai_e2e::{bunkai, bunkai_fails, bunkai_ok, program, run_with_stdin, Deadline, DEADLINE};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,8 +29,7 @@ fn cc(src: &str, out: &Path, extra: &[&str]) -> PathBuf {
         .args(extra)
         .arg("-o")
         .arg(out)
-        .status()
-        .expect("gcc");
+        .status_within(DEADLINE);
     assert!(st.success(), "gcc failed on {src}");
     out.to_path_buf()
 }

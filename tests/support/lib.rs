@@ -44,6 +44,28 @@ pub fn behaviour(out: Output) -> Behaviour {
     }
 }
 
+/// Whether the test runs in CI (`.ci/run` sets CI=1).
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Whether we are root, for a test that needs it (namespaces, mounts). In
+/// CI (root, everything installed) not being root is a failure; elsewhere
+/// the test is skipped with a line saying why.
+pub fn need_root(test: &str, why: &str) -> bool {
+    // SAFETY: geteuid has no preconditions
+    if unsafe { geteuid() } == 0 {
+        return true;
+    }
+    assert!(!in_ci(), "{test}: {why} needs root, and CI runs as root (run .ci/run as root)");
+    eprintln!("{test}: skipped: {why} needs root (run the tests as root)");
+    false
+}
+
+extern "C" {
+    fn geteuid() -> u32;
+}
+
 /// How long any program under test may run before the test fails: a hang
 /// is a failure, never a stuck CI job.
 pub const DEADLINE: Duration = Duration::from_secs(300);
@@ -94,13 +116,109 @@ pub fn finish(mut child: std::process::Child, limit: Duration) -> (Output, Durat
     (Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }, took)
 }
 
+/// The command line, for a failure message.
+pub fn describe(cmd: &Command) -> String {
+    let mut v = vec![cmd.get_program().to_string_lossy().into_owned()];
+    v.extend(cmd.get_args().map(|a| a.to_string_lossy().into_owned()));
+    v.join(" ")
+}
+
+/// A deadline for a child the test talks to (a server, a session on its
+/// pipes): if it still runs after `limit` it is killed, with a line naming
+/// it, so a test blocked reading it fails instead of hanging. The same
+/// process only: a pid reused meanwhile is left alone.
+pub fn kill_after(child: &std::process::Child, limit: Duration, what: &str) {
+    let pid = child.id();
+    let started = proc_start(pid);
+    let what = what.to_string();
+    std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(200).min(limit));
+            if proc_start(pid) != started {
+                return; // gone
+            }
+        }
+        if started.is_some() && proc_start(pid) == started {
+            eprintln!("`{what}` (pid {pid}): no end within {limit:?} (killed)");
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+    });
+}
+
+/// A process's start time (field 22 of /proc/PID/stat), which tells it
+/// from a later process with the same pid.
+fn proc_start(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 2..].split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A command that would not start: a missing program is a prerequisite
+/// missing, named with its fix.
+fn cannot_run(what: &str, e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        panic!("cannot run `{what}`: the program is not installed (run scripts/install-deps.sh)");
+    }
+    panic!("cannot run `{what}`: {e}")
+}
+
+/// `output()` and `status()` with a deadline: a command still running after
+/// it is killed and the test fails naming it. Every process a test starts
+/// goes through these, `finish` or `finish_named`.
+pub trait Deadline {
+    /// As `output()` (stdin empty, stdout and stderr captured).
+    fn output_within(&mut self, limit: Duration) -> Output;
+    /// As `status()` (stdout and stderr inherited).
+    fn status_within(&mut self, limit: Duration) -> std::process::ExitStatus;
+}
+
+impl Deadline for Command {
+    fn output_within(&mut self, limit: Duration) -> Output {
+        let what = describe(self);
+        let child = self
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| cannot_run(&what, e));
+        finish_named(child, limit, &what)
+    }
+
+    fn status_within(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let what = describe(self);
+        let mut child = self.spawn().unwrap_or_else(|e| cannot_run(&what, e));
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                return st;
+            }
+            if t0.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`{what}` (pid {}): no end within {limit:?} (killed)", child.id());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Runs bunkai with `args` under DEADLINE; a hang fails naming the command.
+pub fn bunkai_run(args: &[&str]) -> Output {
+    Command::new(bunkai()).args(args).output_within(DEADLINE)
+}
+
+/// `finish`, with the command named when it hangs.
+pub fn finish_named(child: std::process::Child, limit: Duration, what: &str) -> Output {
+    let pid = child.id();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(child, limit))) {
+        Ok((out, _)) => out,
+        Err(_) => panic!("`{what}` (pid {pid}): no end within {limit:?} (killed)"),
+    }
+}
+
 /// Runs bunkai with `args`; panics with its stderr unless it succeeds.
 pub fn bunkai_ok(args: &[&str]) -> Output {
-    let out = Command::new(bunkai())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run bunkai");
+    let out = bunkai_run(args);
     assert!(
         out.status.success(),
         "bunkai {args:?} failed: {}",
@@ -111,11 +229,7 @@ pub fn bunkai_ok(args: &[&str]) -> Output {
 
 /// Runs bunkai expecting failure; returns stderr.
 pub fn bunkai_fails(args: &[&str]) -> (i32, String) {
-    let out = Command::new(bunkai())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run bunkai");
+    let out = bunkai_run(args);
     assert!(!out.status.success(), "bunkai {args:?} unexpectedly succeeded");
     (
         out.status.code().unwrap_or(-1),
@@ -130,8 +244,7 @@ pub fn clang_build(srcs: &[PathBuf], flags: &[&str], out: &Path) {
         .args(flags)
         .arg("-o")
         .arg(out)
-        .status()
-        .expect("run clang-14");
+        .status_within(DEADLINE);
     assert!(st.success(), "clang-14 failed to build {srcs:?}");
 }
 
@@ -207,7 +320,7 @@ impl Drop for ServerProcess {
 
 /// Copies a directory tree (cp -a).
 pub fn copy_tree(from: &Path, to: &Path) {
-    let st = Command::new("cp").arg("-a").arg(from).arg(to).status().expect("cp");
+    let st = Command::new("cp").arg("-a").arg(from).arg(to).status_within(DEADLINE);
     assert!(st.success(), "cp -a {} {} failed", from.display(), to.display());
 }
 
