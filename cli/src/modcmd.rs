@@ -1,6 +1,6 @@
 //! `bunkai mod`: the DKM module server (thin driver over bunkai-mod).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use bunkai_mod::{model, proto, server};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -287,13 +287,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
         }
         Cmd::Calibrate { model: path, quick, json } => {
             let path = path.unwrap_or_else(model::default_path);
-            let m = crate::modbench::calibrate(quick)?;
-            if let Some(d) = path.parent() {
-                std::fs::create_dir_all(d)?;
+            // where the model goes is checked before the minutes of work:
+            // a directory, or a place we cannot write, is refused now
+            if path.is_dir() {
+                bail!("{} is a directory (give a file name, e.g. {})", path.display(), path.join("model.json").display());
             }
-            let tmp = path.with_extension("json.tmp");
-            std::fs::write(&tmp, serde_json::to_string_pretty(&m)?)?;
-            std::fs::rename(&tmp, &path)?;
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            let tmp = tempfile::Builder::new()
+                .prefix(".bunkai-mod-model-")
+                .tempfile_in(&dir)
+                .with_context(|| format!("cannot write in {} (give --model a writable place)", dir.display()))?;
+            let m = crate::modbench::calibrate(quick)?;
+            std::fs::write(tmp.path(), serde_json::to_string_pretty(&m)?)?;
+            tmp.persist(&path).map_err(|e| anyhow::anyhow!("cannot write {}: {}", path.display(), e.error))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&m)?);
             } else {

@@ -122,3 +122,21 @@ fn no_command_panics_on_a_closed_pipe_or_a_full_disk() {
         assert_eq!(err.lines().count(), said.lines().count() + 1, "`bunkai {what}` into /dev/full: {err}");
     }
 }
+
+/// An output that cannot be written is refused before the work: `trace
+/// record -o DIR` used to trace the whole program and then fail, `mod
+/// calibrate --model DIR` to calibrate and then leave DIR.json.tmp.
+#[test]
+fn outputs_are_checked_before_the_work() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("out");
+    std::fs::create_dir(&dir).unwrap();
+    let ds = dir.to_str().unwrap();
+    let (_, err) = bunkai_fails(&["trace", "record", "-o", ds, "--", "/bin/true"]);
+    assert!(err.starts_with("bunkai trace: ") && err.lines().count() == 1 && err.contains("is a directory"), "{err}");
+    let (_, err) = bunkai_fails(&["mod", "calibrate", "--quick", "--model", ds]);
+    assert!(err.starts_with("bunkai mod: ") && err.lines().count() == 1 && err.contains("is a directory"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["out"], "nothing else written beside the directory");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing written into it");
+}

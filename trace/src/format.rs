@@ -254,6 +254,10 @@ pub struct Writer {
 
 impl Writer {
     pub fn create(target: &Path, meta: &serde_json::Value, level: i32) -> anyhow::Result<Writer> {
+        // refused before any work: the file is put in place at the end
+        if target.is_dir() {
+            anyhow::bail!("{} is a directory (give a file name, e.g. {})", target.display(), target.join("trace.bkt").display());
+        }
         let dir = match target.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
