@@ -10,7 +10,9 @@
  *   - Calls into libc are limited to dlopen/dlsym/dlerror, pthread mutexes,
  *     dladdr and realpath; messages and file reads use raw syscalls, so
  *     nothing here depends on stdio state or on functions the program may
- *     interpose.
+ *     interpose. One exception: before a fatal error ends the program,
+ *     fflush(NULL) writes out what it had printed (once: a failure inside
+ *     the flush ends at once).
  *   - errno is preserved: a program must not see errno change because a
  *     function happened to be loaded on this call.
  *   - Resolution is serialised by one mutex: threads racing on the same
@@ -40,6 +42,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -216,6 +219,11 @@ __attribute__((noreturn)) static void fail(uint32_t id, const char *path,
                                   "it again or rerun bunkai scatter)");
   p = append(p, e, "\n");
   *p = 0;
+  /* What the program printed before this call is its output, as it would
+   * be had the function been there: written out before our line. */
+  static int failing;
+  if (!__atomic_exchange_n(&failing, 1, __ATOMIC_ACQ_REL))
+    fflush(NULL);
   put(msg);
   raw3(SYS_exit_group, 127, 0, 0);
   __builtin_unreachable();

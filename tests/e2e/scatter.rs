@@ -211,6 +211,9 @@ fn missing_library_is_one_clear_error() {
     let o = run_with_stdin(&mut Command::new(out.join("bin/features")), None);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(127), "stderr: {err}");
+    // what it printed before the call (stdout a pipe: fully buffered) is kept
+    let out_text = String::from_utf8_lossy(&o.stdout);
+    assert!(out_text.starts_with("start: argc 1 "), "stdout lost: {out_text:?}");
     let line = err.lines().find(|l| l.starts_with("bunkai:")).expect(&err);
     assert!(line.contains("function fib"), "{line}");
     assert!(line.contains(lib.file_name().unwrap().to_str().unwrap()), "{line}");
