@@ -70,6 +70,12 @@ extern "C" {
 /// is a failure, never a stuck CI job.
 pub const DEADLINE: Duration = Duration::from_secs(300);
 
+/// The deadline of a `bunkai scatter` run: scattering builds one library
+/// per function (demo1 at the paper's size is 65,536 of them, about ten
+/// minutes on two cores, see issue 23), so it gets longer than DEADLINE
+/// but still an end.
+pub const SCATTER_DEADLINE: Duration = Duration::from_secs(1800);
+
 /// Runs `cmd` with `stdin` as its standard input; kills it and panics if it
 /// is still running after DEADLINE.
 pub fn run_with_stdin(cmd: &mut Command, stdin: Option<&Path>) -> Output {
@@ -108,7 +114,9 @@ pub fn finish(mut child: std::process::Child, limit: Duration) -> (Output, Durat
         if t0.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("still running after {limit:?}: killed");
+            let err = t_err.join().unwrap_or_default();
+            let tail = String::from_utf8_lossy(&err[err.len().saturating_sub(2000)..]).into_owned();
+            panic!("still running after {limit:?}: killed; the end of its stderr:\n{tail}");
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -202,9 +210,11 @@ impl Deadline for Command {
     }
 }
 
-/// Runs bunkai with `args` under DEADLINE; a hang fails naming the command.
+/// Runs bunkai with `args` under DEADLINE (SCATTER_DEADLINE for scatter);
+/// a hang fails naming the command.
 pub fn bunkai_run(args: &[&str]) -> Output {
-    Command::new(bunkai()).args(args).output_within(DEADLINE)
+    let limit = if args.first() == Some(&"scatter") { SCATTER_DEADLINE } else { DEADLINE };
+    Command::new(bunkai()).args(args).output_within(limit)
 }
 
 /// `finish`, with the command named when it hangs.
@@ -212,7 +222,10 @@ pub fn finish_named(child: std::process::Child, limit: Duration, what: &str) -> 
     let pid = child.id();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(child, limit))) {
         Ok((out, _)) => out,
-        Err(_) => panic!("`{what}` (pid {pid}): no end within {limit:?} (killed)"),
+        Err(e) => {
+            let why = e.downcast_ref::<String>().cloned().unwrap_or_default();
+            panic!("`{what}` (pid {pid}): no end within {limit:?} (killed)\n{why}")
+        }
     }
 }
 
