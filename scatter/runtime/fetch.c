@@ -26,6 +26,12 @@
  *   - errno is the manager's business (it saves and restores it).
  *   - After fork() the child has no preload thread: a pthread_atfork handler
  *     resets groups in flight and switches the child to demand fetching.
+ *   - The preload thread never runs into the program's exit: OpenSSL is
+ *     initialised without its exit-time cleanup (when we are first to use
+ *     it), and an exit handler registered after every library's own stops
+ *     the thread before it hashes again. The program exiting while the
+ *     thread was in EVP_Digest had it crash on a freed lock, after the
+ *     program's correct output.
  */
 #define _GNU_SOURCE
 #include "../include/bunkai_scatter.h"
@@ -33,6 +39,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -91,13 +98,44 @@ static void group_path(char *out, size_t cap, uint32_t g, const char *suffix) {
            F.libdir, g, suffix);
 }
 
+/* Exit: set (under crypto_mu) by the exit handler; the preload thread
+ * then hashes no more and parks. */
+static pthread_mutex_t crypto_mu = PTHREAD_MUTEX_INITIALIZER;
+static int exiting;
+static pthread_t preload_thread;
+static int have_preload_thread;
+
+static _Noreturn void park(void) {
+  for (;;)
+    pause(); /* every signal blocked: only the process's end ends it */
+}
+
+/* The preload thread, at a point where it may stop: parks if the program
+ * is exiting. */
+static void preload_checkpoint(void) {
+  if (__atomic_load_n(&exiting, __ATOMIC_ACQUIRE))
+    park();
+}
+
+static void on_exit_stop_preloader(void) {
+  pthread_mutex_lock(&crypto_mu); /* waits for a hash in progress */
+  __atomic_store_n(&exiting, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&crypto_mu);
+}
+
 static int sha_matches(const unsigned char *data, size_t len,
                        const uint8_t want[32]) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int mdlen = 0;
-  if (!EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32)
-    return 0;
-  return memcmp(md, want, 32) == 0;
+  pthread_mutex_lock(&crypto_mu);
+  int preloading = have_preload_thread && pthread_equal(pthread_self(), preload_thread);
+  if (preloading && exiting) {
+    pthread_mutex_unlock(&crypto_mu);
+    park();
+  }
+  int ok = EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) && mdlen == 32;
+  pthread_mutex_unlock(&crypto_mu);
+  return ok && memcmp(md, want, 32) == 0;
 }
 
 /* ---- one download ------------------------------------------------------- */
@@ -279,6 +317,7 @@ static void *preloader(void *arg) {
   if (!c)
     return NULL;
   for (uint32_t g = 0; g < F.n; g++) {
+    preload_checkpoint();
     pthread_mutex_lock(&mu);
     /* A demand fetch is a wrong prediction being repaired: let it have the
      * link before we start another group. */
@@ -311,6 +350,8 @@ static void *preloader(void *arg) {
 static void after_fork_child(void) {
   /* The preload thread did not survive the fork. */
   pthread_mutex_init(&mu, NULL);
+  pthread_mutex_init(&crypto_mu, NULL);
+  have_preload_thread = 0;
   pthread_cond_init(&cv, NULL);
   for (uint32_t g = 0; g < F.n; g++)
     if (state[g] == INFLIGHT)
@@ -368,10 +409,18 @@ EXPORT int __bunkai_fetch_start(const struct bunkai_fetch_config *cfg,
     snprintf(err, errlen, "out of memory");
     return -1;
   }
+  /* OpenSSL without its atexit cleanup (a no-op if the program has
+   * initialised it already), then libcurl, which initialises it too */
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
     snprintf(err, errlen, "cannot initialise libcurl");
     return -1;
   }
+  /* registered after every library's own handler, so it runs first */
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen;
+  EVP_Digest("", 0, md, &mdlen, EVP_sha256(), NULL); /* any lazy set-up now */
+  atexit(on_exit_stop_preloader);
   for (uint32_t g = 0; g < F.n; g++) {
     char path[4096];
     struct stat st;
@@ -390,7 +439,11 @@ EXPORT int __bunkai_fetch_start(const struct bunkai_fetch_config *cfg,
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_mutex_lock(&crypto_mu); /* preload_thread set before it hashes */
     int rc = pthread_create(&t, &a, preloader, NULL);
+    if (rc == 0)
+      preload_thread = t, have_preload_thread = 1;
+    pthread_mutex_unlock(&crypto_mu);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
     if (rc != 0) {

@@ -115,6 +115,21 @@ fn sqlite_profiled_grouped_and_run_over_http() {
     ));
     assert_eq!(want_q, got_py, "SQLite from python's http.server behaves differently");
 
+    // A short program over HTTP, forty times with an empty cache: it exits
+    // while the preload thread is still bringing groups, and must end with
+    // its own status and output every time (the thread hashing a group
+    // while exit tore OpenSSL down crashed 14 runs in 60).
+    let one = d.path().join("one.sql");
+    std::fs::write(&one, "select 1;\n").unwrap();
+    for run in 1..=40 {
+        let c = d.path().join(format!("short{run}"));
+        let r = run_with_stdin(&mut bunkai_cmd(&["run", &srv.url, "--cache", c.to_str().unwrap(), "--", ":memory:"]), Some(&one));
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(0), "short run {run}: {err}");
+        assert_eq!(String::from_utf8_lossy(&r.stdout), "1\n", "short run {run}: {err}");
+        std::fs::remove_dir_all(&c).unwrap();
+    }
+
     // A corrupted group on the origin is refused and never lands in the
     // cache under its name: one line, exit 127.
     let libdir = out.join("lib/sqlite3");
