@@ -15,6 +15,17 @@
 //! Supported relocations: R_X86_64_64, PC32, PLT32, 32, 32S, PC64,
 //! GOTPCREL, GOTPCRELX, REX_GOTPCRELX, NONE. Anything else, and any value
 //! that does not fit its field, is an error naming the place and symbol.
+//!
+//! A module is untrusted input. Before anything is laid out, `check_raw`
+//! reads the section headers themselves (the `object` crate skips a
+//! relocation table it cannot read, which would load code unrelocated):
+//! every section inside the file, RELA tables well formed and linked to the
+//! symbol table, REL refused, alignment a power of two and at most a page,
+//! sizes bounded. `check_symbols` keeps every defined symbol inside its
+//! section and every relocation inside its own section (not just inside
+//! the image: a neighbour must not be overwritten). C++ exceptions are
+//! refused: `.eh_frame` is not registered, and a throw through a module
+//! aborts the host.
 
 use anyhow::{bail, Context, Result};
 use object::{
@@ -37,7 +48,26 @@ const R_REX_GOTPCRELX: u32 = 42;
 const PLT_ENTRY: u64 = 8;
 const SHF_WRITE: u64 = 1;
 const SHF_ALLOC: u64 = 2;
+const SHF_EXECINSTR: u64 = 4;
 const SHF_TLS: u64 = 0x400;
+
+/// The most memory a module may ask for (code, data, bss, PLT and GOT).
+pub const MAX_MODULE: u64 = 1 << 30;
+/// The largest section alignment: the host maps each region page-aligned.
+pub const MAX_ALIGN: u64 = 4096;
+
+/// Names that mean the module throws or catches C++ exceptions.
+const EH_SYMBOLS: [&str; 6] =
+    ["__gxx_personality_v0", "_Unwind_Resume", "__cxa_throw", "__cxa_begin_catch", "__cxa_rethrow", "__cxa_end_catch"];
+
+/// Bytes a relocation of type `t` writes.
+fn width(t: u32) -> u64 {
+    match t {
+        R_NONE => 0,
+        R_64 | R_PC64 => 8,
+        _ => 4,
+    }
+}
 
 fn rel_name(t: u32) -> String {
     match t {
@@ -118,6 +148,9 @@ fn wanted(s: &object::Section) -> Result<Option<Region>> {
     if name.starts_with(".note") || name == ".eh_frame" {
         return Ok(None); // no unwinding through modules
     }
+    if f & SHF_WRITE != 0 && f & SHF_EXECINSTR != 0 {
+        bail!("section {name} is both writable and executable, which modules cannot have (keep code and data apart)");
+    }
     if f & SHF_TLS != 0 {
         bail!("section {name} holds thread-local variables, which modules cannot have (use a registry or malloc)");
     }
@@ -125,6 +158,77 @@ fn wanted(s: &object::Section) -> Result<Option<Region>> {
         bail!("section {name}: modules cannot have static constructors or destructors (use BUNKAI_MODULE_INIT / BUNKAI_MODULE_EXIT)");
     }
     Ok(Some(if f & SHF_WRITE != 0 { Region::Rw } else { Region::Rx }))
+}
+
+/// The section headers as the file has them, checked before the `object`
+/// crate's view of the file is trusted (see the top of this file).
+fn check_raw(data: &[u8]) -> Result<()> {
+    use object::elf;
+    use object::read::elf::{FileHeader, SectionHeader};
+    let damaged = |e: object::read::Error| anyhow::anyhow!("damaged ELF object: {e} (rebuild it with clang or gcc -c)");
+    let h = elf::FileHeader64::<object::Endianness>::parse(data).map_err(damaged)?;
+    let e = h.endian().map_err(damaged)?;
+    let secs = h.sections(e, data).map_err(damaged)?;
+    let n = secs.len();
+    let name_of = |s: &elf::SectionHeader64<object::Endianness>| -> String {
+        secs.section_name(e, s).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_else(|_| "?".into())
+    };
+    let symtabs: Vec<usize> =
+        secs.iter().enumerate().filter(|(_, s)| s.sh_type(e) == elf::SHT_SYMTAB).map(|(i, _)| i).collect();
+    if symtabs.len() > 1 {
+        bail!("the object has {} symbol tables, ELF allows one (rebuild the module)", symtabs.len());
+    }
+    for (i, s) in secs.iter().enumerate() {
+        let name = name_of(s);
+        let (t, f, off, size) = (s.sh_type(e), s.sh_flags(e), s.sh_offset(e), s.sh_size(e));
+        if t != elf::SHT_NULL && t != elf::SHT_NOBITS && off.checked_add(size).map_or(true, |end| end > data.len() as u64) {
+            bail!(
+                "section {name} (#{i}) lies outside the file (bytes {off:#x}+{size:#x} of {:#x}): the object is truncated or damaged (rebuild the module)",
+                data.len()
+            );
+        }
+        if f & SHF_ALLOC != 0 {
+            let a = s.sh_addralign(e);
+            if a > 1 && !a.is_power_of_two() {
+                bail!("section {name}: alignment {a} is not a power of two (the object is damaged; rebuild the module)");
+            }
+            if a > MAX_ALIGN {
+                bail!("section {name} asks for {a}-byte alignment, more than a page (modules are mapped page-aligned; use at most aligned({MAX_ALIGN}))");
+            }
+            if size > MAX_MODULE {
+                bail!("section {name} is {size} bytes, more than a module may have ({MAX_MODULE}; allocate large buffers at run time)");
+            }
+        }
+        match t {
+            elf::SHT_REL => bail!(
+                "section {name}: relocations without addends (REL) cannot be linked (build the module for x86-64 with clang or gcc -c, which write RELA)"
+            ),
+            elf::SHT_RELA => {
+                let what = |why: String| -> anyhow::Error {
+                    anyhow::anyhow!("relocation table {name} is unreadable: {why} (the object is damaged; rebuild the module)")
+                };
+                if s.sh_entsize(e) != 24 {
+                    return Err(what(format!("entry size {} instead of 24", s.sh_entsize(e))));
+                }
+                if size % 24 != 0 {
+                    return Err(what(format!("size {size} is not a multiple of 24")));
+                }
+                if off % 8 != 0 {
+                    return Err(what(format!("offset {off:#x} is not 8-byte aligned")));
+                }
+                let link = s.sh_link(e) as usize;
+                if Some(&link) != symtabs.first() {
+                    return Err(what(format!("its symbol table link is section #{link}, not the symbol table")));
+                }
+                let info = s.sh_info(e) as usize;
+                if info == 0 || info >= n {
+                    return Err(what(format!("it applies to section #{info}, which does not exist")));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl<'d> Module<'d> {
@@ -140,6 +244,7 @@ impl<'d> Module<'d> {
         if file.architecture() != Architecture::X86_64 {
             bail!("an object for {:?}, not x86-64 (build the module for this machine)", file.architecture());
         }
+        check_raw(data)?;
         // Touch every section and relocation table now: a truncated object
         // fails here, before anything happens in the host.
         for s in file.sections() {
@@ -154,7 +259,132 @@ impl<'d> Module<'d> {
                 }
             }
         }
-        Ok(Module { file })
+        let m = Module { file };
+        m.check_symbols()?;
+        m.check_relocations()?;
+        m.check_exceptions()?;
+        m.check_entries()?;
+        Ok(m)
+    }
+
+    /// The functions the host will call (init, exit, each interface's
+    /// table) are functions of this module, in its code: never data, an
+    /// absolute address or a name it imports.
+    fn check_entries(&self) -> Result<()> {
+        let Some(bytes) = self.meta_bytes() else { return Ok(()) };
+        let Ok(meta) = crate::meta::parse(bytes) else { return Ok(()) }; // the server reports it
+        let funcs = self.defined_functions();
+        let mut entries: Vec<(String, &str)> = Vec::new();
+        if let Some(i) = &meta.init {
+            entries.push(("init function".into(), i));
+        }
+        if let Some(x) = &meta.exit {
+            entries.push(("exit function".into(), x));
+        }
+        for imp in &meta.implements {
+            for s in &imp.symbols {
+                entries.push((format!("interface {}'s function", imp.iface.name), s));
+            }
+        }
+        for (what, name) in entries {
+            if !funcs.iter().any(|f| f == name) {
+                bail!("{what} {name} is not a function defined in the module's code (define it in the module, as a function)");
+            }
+        }
+        Ok(())
+    }
+
+    /// Every defined symbol inside its section; commons of a sane size and
+    /// alignment.
+    fn check_symbols(&self) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for sym in self.file.symbols() {
+            let name = sym.name().unwrap_or("?");
+            if sym.is_definition() && !name.is_empty() && !seen.insert(name) {
+                bail!("symbol {name} is defined twice in the object (the object is damaged; rebuild the module)");
+            }
+            match sym.section() {
+                SymbolSection::Section(si) => {
+                    let sec = self.file.section_by_index(si).map_err(|_| {
+                        anyhow::anyhow!("symbol {name} is defined in section #{}, which does not exist (the object is damaged; rebuild the module)", si.0)
+                    })?;
+                    if wanted(&sec)?.is_none() {
+                        continue;
+                    }
+                    let end = sym.address().checked_add(sym.size());
+                    if end.map_or(true, |end| end > sec.size()) {
+                        bail!(
+                            "symbol {name} ({:#x}+{:#x}) lies outside its section {} ({:#x} bytes) (the object is damaged; rebuild the module)",
+                            sym.address(),
+                            sym.size(),
+                            sec.name().unwrap_or("?"),
+                            sec.size()
+                        );
+                    }
+                }
+                SymbolSection::Common => {
+                    let a = sym.address();
+                    if a > MAX_ALIGN || (a > 1 && !a.is_power_of_two()) {
+                        bail!("common symbol {name}: alignment {a} is not a power of two up to {MAX_ALIGN} (rebuild the module)");
+                    }
+                    if sym.size() > MAX_MODULE {
+                        bail!("common symbol {name} is {} bytes, more than a module may have ({MAX_MODULE})", sym.size());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Every relocation of a loaded section writes inside that section, and
+    /// is of a type we link.
+    fn check_relocations(&self) -> Result<()> {
+        for s in self.file.sections() {
+            if wanted(&s)?.is_none() {
+                continue;
+            }
+            let sname = s.name().unwrap_or("?");
+            let nobits = matches!(s.kind(), SectionKind::UninitializedData | SectionKind::UninitializedTls);
+            for (off, r) in s.relocations() {
+                let t = rtype(r.flags());
+                if nobits && t != R_NONE {
+                    bail!("{sname}+{off:#x}: a relocation in a section without contents (the object is damaged; rebuild the module)");
+                }
+                if !matches!(t, R_NONE | R_64 | R_PC32 | R_PLT32 | R_GOTPCREL | R_32 | R_32S | R_PC64 | R_GOTPCRELX | R_REX_GOTPCRELX) {
+                    bail!("{sname}+{off:#x}: unsupported {} (compile the module for x86-64, small code model)", rel_name(t));
+                }
+                if off.checked_add(width(t)).map_or(true, |end| end > s.size()) {
+                    bail!(
+                        "{sname}+{off:#x}: a {} relocation outside its section ({:#x} bytes) (the object is damaged; rebuild the module)",
+                        rel_name(t),
+                        s.size()
+                    );
+                }
+                if t != R_NONE && !matches!(r.target(), RelocationTarget::Symbol(_)) {
+                    bail!("{sname}+{off:#x}: relocation without a symbol (the object is damaged; rebuild the module)");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// C++ exceptions cannot pass through a loaded module (its unwind
+    /// tables are not registered): refused, with the fix.
+    fn check_exceptions(&self) -> Result<()> {
+        if self.file.sections().any(|s| s.name().map_or(false, |n| n.starts_with(".gcc_except_table"))) {
+            bail!("the module catches C++ exceptions (.gcc_except_table), which cannot unwind through a loaded module (build it with -fno-exceptions)");
+        }
+        if let Some(n) = self
+            .file
+            .symbols()
+            .filter(|s| s.is_undefined())
+            .filter_map(|s| s.name().ok())
+            .find(|n| EH_SYMBOLS.contains(n))
+        {
+            bail!("the module uses C++ exceptions ({n}), which cannot unwind through a loaded module (build it with -fno-exceptions)");
+        }
+        Ok(())
     }
 
     /// The metadata section's bytes, if any.
@@ -162,11 +392,19 @@ impl<'d> Module<'d> {
         self.file.section_by_name(crate::meta::SECTION).and_then(|s| s.data().ok())
     }
 
-    /// Global symbols this module defines (name, section kind is code).
+    /// Functions this module defines: code symbols in a loaded executable
+    /// section (the only names an interface, init or exit may point at).
     pub fn defined_functions(&self) -> Vec<String> {
         self.file
             .symbols()
             .filter(|s| s.is_definition() && s.kind() == object::SymbolKind::Text)
+            .filter(|s| match s.section() {
+                SymbolSection::Section(si) => self
+                    .file
+                    .section_by_index(si)
+                    .map_or(false, |sec| flags_of(&sec) & (SHF_ALLOC | SHF_EXECINSTR) == SHF_ALLOC | SHF_EXECINSTR),
+                _ => false,
+            })
             .filter_map(|s| s.name().ok().map(String::from))
             .collect()
     }
@@ -220,7 +458,7 @@ impl<'d> Module<'d> {
         let mut commons = HashMap::new();
         for sym in self.file.symbols() {
             if sym.section() == SymbolSection::Common {
-                let a = sym.address().max(1).min(64);
+                let a = sym.address().max(1);
                 rw = align_up(rw, a);
                 commons.insert(sym.index(), rw);
                 rw += sym.size();
@@ -261,6 +499,11 @@ impl<'d> Module<'d> {
         for i in got_syms {
             got.insert(i, rw);
             rw += 8;
+        }
+        // Each part is at most MAX_MODULE (checked above) times the number
+        // of sections (at most 2^32): no sum here overflows a u64.
+        if rx.saturating_add(rw) > MAX_MODULE {
+            bail!("the module needs {} bytes of memory, more than a module may have ({MAX_MODULE}; allocate large buffers at run time)", rx.saturating_add(rw));
         }
         Ok(Layout { rx_size: rx, rw_size: rw, rw_data_size: rw_data_end, placed, commons, plt, got, payload })
     }
@@ -393,7 +636,7 @@ impl<'d> Module<'d> {
                     img[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
                     Ok(())
                 };
-                if at + if t == R_64 || t == R_PC64 { 8 } else { 4 } > img.len() {
+                if off.checked_add(width(t)).map_or(true, |end| end > s.size()) {
                     bail!("{sname}+{off:#x}: relocation outside its section");
                 }
                 let (s128, a128, p128) = (s_addr as i128, a as i128, p as i128);

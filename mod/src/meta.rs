@@ -108,6 +108,29 @@ pub fn explain_mismatch(iface: &str, ours: &str, theirs: &str, who: &str) -> Str
     format!("interface {iface}: the prototypes differ")
 }
 
+/// A C identifier of at most 255 bytes: what an interface, a function,
+/// init and exit may be called (the host reads them as C strings: a NUL
+/// inside a name would cut it short and skip its check).
+fn identifier(what: &str, s: &str) -> Result<()> {
+    let ok = !s.is_empty()
+        && s.len() <= 255
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ok {
+        bail!("{SECTION}: {what} {s:?} is not a C identifier (rebuild the module with the macros of bunkai_mod.h)");
+    }
+    Ok(())
+}
+
+/// Text that the host may print or compare: no control characters but
+/// whitespace, bounded.
+fn text_field(what: &str, s: &str, max: usize) -> Result<()> {
+    if s.len() > max || s.chars().any(|c| c.is_control() && !c.is_whitespace()) {
+        bail!("{SECTION}: {what} has control characters or is longer than {max} bytes (rebuild the module with the macros of bunkai_mod.h)");
+    }
+    Ok(())
+}
+
 /// Parses the section's bytes.
 pub fn parse(data: &[u8]) -> Result<Meta> {
     let text = std::str::from_utf8(data).map_err(|_| anyhow::anyhow!("{SECTION} is not text"))?;
@@ -127,11 +150,20 @@ pub fn parse(data: &[u8]) -> Result<Meta> {
                 if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c)) {
                     bail!("bad module name {name:?} (letters, digits, _ - .)");
                 }
+                if name.len() > 255 {
+                    bail!("module name longer than 255 bytes");
+                }
+                text_field("the version", version, 64)?;
                 m.name = name.to_string();
                 m.version = version.to_string();
                 have_module = true;
             }
             ["implements", iface, text, syms @ ..] => {
+                identifier("interface", iface)?;
+                text_field(&format!("interface {iface}"), text, 1 << 16)?;
+                for s in syms {
+                    identifier(&format!("interface {iface}'s function"), s)?;
+                }
                 let i = interface(iface, text);
                 let n = prototypes(&i.text).len();
                 if syms.len() != n {
@@ -139,9 +171,19 @@ pub fn parse(data: &[u8]) -> Result<Meta> {
                 }
                 m.implements.push(Implements { iface: i, symbols: syms.iter().map(|s| s.to_string()).collect() });
             }
-            ["requires", iface, text] => m.requires.push(interface(iface, text)),
-            ["init", sym] => m.init = Some(sym.to_string()),
-            ["exit", sym] => m.exit = Some(sym.to_string()),
+            ["requires", iface, text] => {
+                identifier("required interface", iface)?;
+                text_field(&format!("interface {iface}"), text, 1 << 16)?;
+                m.requires.push(interface(iface, text))
+            }
+            ["init", sym] => {
+                identifier("init function", sym)?;
+                m.init = Some(sym.to_string())
+            }
+            ["exit", sym] => {
+                identifier("exit function", sym)?;
+                m.exit = Some(sym.to_string())
+            }
             _ => bail!("{SECTION} has a record this bunkai does not know: {:?}", rec.replace(FS, "|")),
         }
     }
@@ -192,6 +234,13 @@ mod tests {
         let short = [rec(&["module", "a", "1"]), rec(&["implements", "i", "int f(void);int g(void);", "f"])].concat();
         assert!(parse(short.as_bytes()).unwrap_err().to_string().contains("2 prototypes"));
         assert!(parse(&[0xff, 0xfe]).is_err());
+        // A NUL inside a name would cut it short in the host.
+        let nul = [rec(&["module", "a", "1"]), rec(&["implements", "sch\0ed", "int f(void);", "f"])].concat();
+        assert!(parse(nul.as_bytes()).unwrap_err().to_string().contains("not a C identifier"));
+        let nul = [rec(&["module", "a", "1"]), rec(&["implements", "sched", "int f(void);", "f\0x"])].concat();
+        assert!(parse(nul.as_bytes()).unwrap_err().to_string().contains("not a C identifier"));
+        let init = [rec(&["module", "a", "1"]), rec(&["init", "1x"])].concat();
+        assert!(parse(init.as_bytes()).is_err());
         // Arbitrary bytes never panic.
         let mut x = 12345u64;
         for _ in 0..2000 {
