@@ -21,7 +21,15 @@
  *     function table that is replaced with one atomic store. Unloading waits
  *     for the calls in flight in the old generation to finish (a grace
  *     period, as in RCU) before it frees anything.
- *   - Only the host's owner or root may talk to it (SO_PEERCRED).
+ *   - Only the host's owner or root may talk to it (SO_PEERCRED), through a
+ *     socket in a directory that is ours alone (owner, mode 0700, not a
+ *     symbolic link: checked before the socket is made).
+ *   - No client can stop the command thread for ever: a connection is
+ *     served only once it has sent something, every read and write has a
+ *     timeout, and a transaction has a deadline.
+ *   - Nothing a client sends is trusted: a COMMIT's code pointers must lie
+ *     in the code the same transaction staged, names are bounded and
+ *     NUL-free, tables have their interface's length, the record is JSON.
  *   - The command thread blocks every signal, so the program's signal
  *     handling is unchanged.
  */
@@ -32,6 +40,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -49,6 +58,11 @@
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_MSG (256u << 20) /* a 4 MB module is far below this */
+#define MAX_NAME 255u          /* module, interface and function names */
+#define IO_TIMEOUT_S 10        /* SO_RCVTIMEO/SO_SNDTIMEO of a connection */
+#define IDLE_MS 10000          /* a connection that sends nothing is closed */
+#define TXN_MS 120000          /* the longest one transaction may take */
+#define MAX_PENDING 32         /* connections waiting for their first byte */
 
 /* ---- the registry --------------------------------------------------------- */
 
@@ -218,19 +232,14 @@ EXPORT const char *bunkai_provider(const char *iface, char *buf,
     return NULL;
   pthread_mutex_lock(&mod_lock);
   for (struct module *m = modules; m; m = m->next)
-    if (m->id == id) {
-      /* The blob is JSON starting {"name":"..." */
-      const char *k = strstr(m->blob, "\"name\":\"");
-      if (k && len) {
-        k += 8;
-        size_t i = 0;
-        while (k[i] && k[i] != '"' && i + 1 < len) {
-          buf[i] = k[i];
-          i++;
-        }
-        buf[i] = 0;
-        out = buf;
+    if (m->id == id && m->name && len) {
+      size_t i = 0;
+      while (m->name[i] && i + 1 < len) {
+        buf[i] = m->name[i];
+        i++;
       }
+      buf[i] = 0;
+      out = buf;
     }
   pthread_mutex_unlock(&mod_lock);
   return out;
@@ -336,9 +345,13 @@ struct msg {
  * memfd) arrives with the bytes it was sent with; it is kept in *passed for
  * the message that uses it (an earlier one never claimed is closed). recvmsg
  * everywhere: a plain read() would silently drop the descriptor. */
+static uint64_t txn_deadline; /* now_ns() after which a read gives up */
+
 static int read_full(int fd, void *buf, size_t len, int *passed) {
   unsigned char *b = buf;
   while (len) {
+    if (now_ns() > txn_deadline)
+      return -1; /* the transaction took too long: it is rolled back */
     union {
       struct cmsghdr h;
       char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -673,8 +686,8 @@ static int do_protect(int fd, struct session *s, struct msg *m) {
  * r-x, data rw- and copy-on-write, so a fork of the host gets its own copy of
  * the module's variables, exactly as with anonymous memory. The rest of the
  * RW part (bss) stays the reservation's anonymous zero pages. The memfd is
- * sealed first: it cannot shrink under the mapping (no SIGBUS later) nor be
- * written through any new mapping or write(). On failure the region is put
+ * sealed first, fully: it cannot shrink under the mapping (no SIGBUS later),
+ * nor be written by anyone, through a mapping or write(). On failure the region is put
  * back as it was (anonymous, read-write), so the server may fall back to
  * WRITE. */
 static int do_map(int fd, struct session *s, struct msg *m) {
@@ -699,9 +712,24 @@ static int do_map(int fd, struct session *s, struct msg *m) {
     return send_err(fd, "%s", why);
   }
   struct stat sb;
-  if (fcntl(mfd, F_ADD_SEALS,
-            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL))
-    why = "cannot seal the module's memfd", err = errno;
+  /* Fully sealed before it is mapped: no write, no resize, no more seals.
+   * F_SEAL_WRITE cannot be set while anyone still has a shared writable
+   * mapping of it, so a sender keeping one could change the code after
+   * this check: such a memfd is refused. The server seals it itself (after
+   * unmapping its own mapping); the host adds what is missing. */
+  const int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
+  int have = fcntl(mfd, F_GET_SEALS);
+  if (have < 0)
+    why = "the descriptor sent is not a sealable memfd", err = errno;
+  else if ((have & want) != want && (have & F_SEAL_SEAL))
+    why = "the module's memfd is sealed, but not against writes and resizing";
+  else if ((have & want) != want && fcntl(mfd, F_ADD_SEALS, want & ~have))
+    why = errno == EBUSY ? "the module's memfd is still mapped writable "
+                           "elsewhere (its sender must unmap it before MAP)"
+                         : "cannot seal the module's memfd",
+    err = errno == EBUSY ? 0 : errno;
+  else if ((fcntl(mfd, F_GET_SEALS) & want) != want)
+    why = "the module's memfd is not fully sealed";
   else if (fstat(mfd, &sb))
     why = "fstat", err = errno;
   else if ((uint64_t)sb.st_size < flen)
@@ -729,7 +757,245 @@ static int do_map(int fd, struct session *s, struct msg *m) {
   return send_ok_since(fd, t0);
 }
 
+/* ---- checking what a COMMIT says ----------------------------------------- */
+
+/* A JSON text (RFC 8259, UTF-8) whose top level is an object: the module's
+ * record, which every later server reads back. Returns NULL, or what is
+ * wrong with *at set to its offset. */
+struct jp {
+  const unsigned char *p;
+  size_t n, i;
+  int depth;
+};
+
+static void jws(struct jp *j) {
+  while (j->i < j->n && (j->p[j->i] == ' ' || j->p[j->i] == '\t' ||
+                         j->p[j->i] == '\n' || j->p[j->i] == '\r'))
+    j->i++;
+}
+
+static int jdigits(struct jp *j) {
+  size_t i0 = j->i;
+  while (j->i < j->n && j->p[j->i] >= '0' && j->p[j->i] <= '9')
+    j->i++;
+  return j->i > i0 ? 0 : -1;
+}
+
+static int jstring(struct jp *j) {
+  if (j->i >= j->n || j->p[j->i] != '"')
+    return -1;
+  j->i++;
+  while (j->i < j->n) {
+    unsigned char c = j->p[j->i];
+    if (c == '"') {
+      j->i++;
+      return 0;
+    }
+    if (c < 0x20)
+      return -1;
+    if (c == '\\') {
+      if (++j->i >= j->n)
+        return -1;
+      c = j->p[j->i++];
+      if (c == 'u') {
+        for (int k = 0; k < 4; k++, j->i++)
+          if (j->i >= j->n || !strchr("0123456789abcdefABCDEF", j->p[j->i]) ||
+              !j->p[j->i])
+            return -1;
+      } else if (!c || !strchr("\"\\/bfnrt", c)) {
+        j->i--;
+        return -1;
+      }
+      continue;
+    }
+    if (c < 0x80) {
+      j->i++;
+      continue;
+    }
+    /* UTF-8: a lead byte and its continuation bytes, shortest form */
+    int more = c >= 0xf0 && c <= 0xf4 ? 3 : c >= 0xe0 ? 2 : c >= 0xc2 ? 1 : -1;
+    if (more < 0 || c > 0xf4)
+      return -1;
+    if (j->i + (size_t)more >= j->n)
+      return -1;
+    unsigned char c1 = j->p[j->i + 1];
+    if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 > 0x9f) ||
+        (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 > 0x8f))
+      return -1;
+    for (int k = 1; k <= more; k++)
+      if ((j->p[j->i + (size_t)k] & 0xc0) != 0x80)
+        return -1;
+    j->i += (size_t)more + 1;
+  }
+  return -1;
+}
+
+static int jvalue(struct jp *j) {
+  jws(j);
+  if (j->i >= j->n)
+    return -1;
+  unsigned char c = j->p[j->i];
+  if (c == '"')
+    return jstring(j);
+  if (c == '{' || c == '[') {
+    if (++j->depth > 64)
+      return -1;
+    unsigned char close = c == '{' ? '}' : ']';
+    j->i++;
+    jws(j);
+    if (j->i < j->n && j->p[j->i] == close) {
+      j->i++;
+      j->depth--;
+      return 0;
+    }
+    for (;;) {
+      if (c == '{') {
+        jws(j);
+        if (jstring(j))
+          return -1;
+        jws(j);
+        if (j->i >= j->n || j->p[j->i] != ':')
+          return -1;
+        j->i++;
+      }
+      if (jvalue(j))
+        return -1;
+      jws(j);
+      if (j->i >= j->n)
+        return -1;
+      if (j->p[j->i] == ',') {
+        j->i++;
+        continue;
+      }
+      if (j->p[j->i] != close)
+        return -1;
+      j->i++;
+      j->depth--;
+      return 0;
+    }
+  }
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    if (c == '-')
+      j->i++;
+    if (j->i < j->n && j->p[j->i] == '0')
+      j->i++;
+    else if (jdigits(j))
+      return -1;
+    if (j->i < j->n && j->p[j->i] == '.') {
+      j->i++;
+      if (jdigits(j))
+        return -1;
+    }
+    if (j->i < j->n && (j->p[j->i] == 'e' || j->p[j->i] == 'E')) {
+      j->i++;
+      if (j->i < j->n && (j->p[j->i] == '+' || j->p[j->i] == '-'))
+        j->i++;
+      if (jdigits(j))
+        return -1;
+    }
+    return 0;
+  }
+  static const char *const lit[] = {"true", "false", "null"};
+  for (int k = 0; k < 3; k++) {
+    size_t l = strlen(lit[k]);
+    if (j->n - j->i >= l && !memcmp(j->p + j->i, lit[k], l)) {
+      j->i += l;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static const char *json_object_error(const unsigned char *p, size_t n,
+                                     size_t *at) {
+  struct jp j = {p, n, 0, 0};
+  jws(&j);
+  if (j.i >= n || p[j.i] != '{') {
+    *at = j.i;
+    return "is not a JSON object";
+  }
+  if (jvalue(&j)) {
+    *at = j.i;
+    return "is not valid JSON";
+  }
+  jws(&j);
+  *at = j.i;
+  return j.i == n ? NULL : "has bytes after its JSON object";
+}
+
+/* A name from the message: 1 to MAX_NAME bytes, no NUL (a NUL would make
+ * the C side see a shorter name than the one checked). Sets *why and
+ * returns NULL if it is not one; m->bad if the message ends first. */
+static char *getname(struct msg *m, const char *what, char *why, size_t wl) {
+  uint32_t n;
+  const unsigned char *p = getbytes(m, &n);
+  if (!p)
+    return NULL;
+  if (n == 0 || n > MAX_NAME || memchr(p, 0, n)) {
+    snprintf(why, wl, "%s %s", what,
+             n == 0 ? "is empty"
+             : n > MAX_NAME ? "is longer than 255 bytes"
+                            : "contains a NUL byte");
+    return NULL;
+  }
+  char *s = malloc(n + 1);
+  if (!s) {
+    snprintf(why, wl, "out of memory");
+    return NULL;
+  }
+  memcpy(s, p, n);
+  s[n] = 0;
+  return s;
+}
+
+/* How many functions interface `name` has: the prototypes of the text the
+ * host expects (one ';' each), else the length of the tables its current
+ * providers (other than module `skip`, which a swap takes out) registered;
+ * -1 if nobody has said yet. */
+static int64_t iface_length(const char *name, uint32_t skip) {
+  int64_t n = -1;
+  pthread_mutex_lock(&reg_lock);
+  for (struct expect *e = expects; e && n < 0; e = e->next)
+    if (!strcmp(e->name, name)) {
+      int64_t k = 0;
+      for (const char *c = e->text; *c; c++)
+        k += *c == ';';
+      if (k > 0)
+        n = k;
+    }
+  for (struct bunkai_iface *h = ifaces; h && n < 0; h = h->next)
+    if (!strcmp(h->name, name))
+      for (struct provider *p = h->providers; p && n < 0; p = p->next)
+        if (p->module != skip)
+          n = p->nfn;
+  pthread_mutex_unlock(&reg_lock);
+  return n;
+}
+
+static struct module *module_named(const char *name, uint32_t skip) {
+  struct module *found = NULL;
+  pthread_mutex_lock(&mod_lock);
+  for (struct module *x = modules; x && !found; x = x->next)
+    if (x->id != skip && x->name && !strcmp(x->name, name))
+      found = x;
+  pthread_mutex_unlock(&mod_lock);
+  return found;
+}
+
+/* The staged memory of a refused COMMIT goes at once: nothing of it runs. */
+static void drop_staged(struct session *s, struct staged *st) {
+  for (struct staged **pp = &s->staged; *pp; pp = &(*pp)->next)
+    if (*pp == st) {
+      *pp = st->next;
+      munmap(st->mem, st->mem_len);
+      used -= st->mem_len;
+      free(st);
+      return;
+    }
+}
+
 static int do_commit(int fd, struct session *s, struct msg *m) {
+  char why[400] = "";
   uint32_t replace = get32(m);
   uint32_t blob_len;
   const unsigned char *blob = getbytes(m, &blob_len);
@@ -756,46 +1022,125 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
   }
   memcpy(b, blob, blob_len);
   b[blob_len] = 0;
+  /* Code pointers must lie in this module's own code: the RX part of the
+   * memory this transaction staged, mapped or protected r-x. */
+  uint64_t lo = (uint64_t)(uintptr_t)st->mem, hi = lo + st->rx_len;
+#define IN_CODE(a) ((a) >= lo && (a) < hi)
   uint32_t i;
-  for (i = 0; i < nregs && !m->bad; i++) {
-    char *name = getstr(m);
+  for (i = 0; i < nregs && !m->bad && !why[0]; i++) {
+    char *name = getname(m, "an interface name", why, sizeof why);
     uint32_t nfn = get32(m);
     if (!name || m->bad || nfn > 256) {
+      if (name && nfn > 256 && !m->bad)
+        snprintf(why, sizeof why, "interface %s with %u functions (at most 256)",
+                 name, nfn);
       free(name);
-      m->bad = 1;
+      if (!why[0])
+        m->bad = 1;
       break;
     }
+    for (uint32_t k = 0; k < i; k++)
+      if (!strcmp(regs[k].iface->name, name))
+        snprintf(why, sizeof why, "interface %s is implemented twice", name);
+    int64_t want = why[0] ? -1 : iface_length(name, replace);
+    if (want >= 0 && nfn != (uint64_t)want)
+      snprintf(why, sizeof why,
+               "interface %s has %lld functions, the table sent has %u", name,
+               (long long)want, nfn);
+    else if (nfn == 0 && !why[0])
+      snprintf(why, sizeof why, "interface %s with an empty table", name);
     const void **table = calloc(nfn ? nfn : 1, sizeof *table);
     char **names = calloc(nfn ? nfn : 1, sizeof *names);
     regs[i].table = table;
     regs[i].names = names;
     regs[i].nfn = nfn;
-    for (uint32_t k = 0; k < nfn && table && names && !m->bad; k++) {
-      names[k] = getstr(m);
-      table[k] = (const void *)(uintptr_t)get64(m);
-      if (!names[k])
+    for (uint32_t k = 0; k < nfn && table && names && !m->bad && !why[0];
+         k++) {
+      names[k] = getname(m, "a function name", why, sizeof why);
+      uint64_t a = get64(m);
+      table[k] = (const void *)(uintptr_t)a;
+      if (!names[k] && !why[0])
         m->bad = 1;
+      else if (!why[0] && !m->bad && !IN_CODE(a))
+        snprintf(why, sizeof why,
+                 "%s.%s at %#llx is outside the module's code "
+                 "[%#llx, %#llx)",
+                 name, names[k], (unsigned long long)a,
+                 (unsigned long long)lo, (unsigned long long)hi);
     }
-    regs[i].iface = bunkai_iface(name);
+    if (!why[0] && !m->bad) {
+      regs[i].iface = bunkai_iface(name);
+      if (!table || !names || !regs[i].iface)
+        snprintf(why, sizeof why, "out of memory");
+    }
     free(name);
-    if (!table || !names || !regs[i].iface)
-      m->bad = 1;
   }
-  char *mname = m->bad ? NULL : getstr(m);
-  uint32_t ndeps = get32(m);
+  uint32_t nreg_parsed = i; /* regs[0..i] may hold allocations */
+  if (nreg_parsed < nregs)
+    nreg_parsed++;
+  char *mname = m->bad || why[0]
+                    ? NULL
+                    : getname(m, "the module's name", why, sizeof why);
+  uint32_t ndeps = mname ? get32(m) : 0;
   char **deps = NULL;
-  if (!mname || m->bad || ndeps > 1024 ||
-      !(deps = calloc(ndeps ? ndeps : 1, sizeof *deps)))
-    m->bad = 1;
-  for (uint32_t k = 0; k < ndeps && deps && !m->bad; k++)
-    if (!(deps[k] = getstr(m)))
+  if (mname && !m->bad && ndeps > 1024)
+    snprintf(why, sizeof why, "%u modules needed (at most 1024)", ndeps);
+  else if (mname && !m->bad &&
+           !(deps = calloc(ndeps ? ndeps : 1, sizeof *deps)))
+    snprintf(why, sizeof why, "out of memory");
+  for (uint32_t k = 0; k < ndeps && deps && !m->bad && !why[0]; k++)
+    if (!(deps[k] = getname(m, "a needed module's name", why, sizeof why)) &&
+        !why[0])
       m->bad = 1;
-  if (m->bad) {
-    for (uint32_t k = 0; k < nregs; k++)
+  if (!why[0] && !m->bad && !mname)
+    m->bad = 1;
+  if (!why[0] && !m->bad && m->off != m->len)
+    snprintf(why, sizeof why, "%zu bytes after the end", m->len - m->off);
+
+  /* What the pieces say together. */
+  size_t at;
+  const char *jerr;
+  if (!why[0] && !m->bad &&
+      (jerr = json_object_error((const unsigned char *)b, blob_len, &at)))
+    snprintf(why, sizeof why, "the module's record %s (byte %zu)", jerr, at);
+  if (!why[0] && !m->bad && init && !IN_CODE(init))
+    snprintf(why, sizeof why,
+             "init at %#llx is outside the module's code [%#llx, %#llx)",
+             (unsigned long long)init, (unsigned long long)lo,
+             (unsigned long long)hi);
+  if (!why[0] && !m->bad && exitp && !IN_CODE(exitp))
+    snprintf(why, sizeof why,
+             "exit at %#llx is outside the module's code [%#llx, %#llx)",
+             (unsigned long long)exitp, (unsigned long long)lo,
+             (unsigned long long)hi);
+#undef IN_CODE
+  if (!why[0] && !m->bad && module_named(mname, replace))
+    snprintf(why, sizeof why, "a module named %s is already loaded", mname);
+  for (uint32_t k = 0; k < ndeps && !why[0] && !m->bad; k++) {
+    struct module *d = module_named(deps[k], replace);
+    int evicted = 0;
+    for (uint32_t e = 0; d && e < s->nevict; e++)
+      evicted |= s->evict[e] == d->id;
+    if (!d || evicted || !strcmp(deps[k], mname))
+      snprintf(why, sizeof why, "%s needs module %s, which is %s", mname,
+               deps[k],
+               !strcmp(deps[k], mname) ? "itself"
+               : evicted               ? "being unloaded"
+                                       : "not loaded");
+  }
+  for (uint32_t e = 0; replace && e < s->nevict && !why[0] && !m->bad; e++)
+    if (s->evict[e] == replace)
+      snprintf(why, sizeof why, "module %u is both replaced and unloaded",
+               replace);
+  if (m->bad || why[0]) {
+    for (uint32_t k = 0; k < nreg_parsed; k++)
       free_reg(&regs[k]);
     free(mod), free(regs), free(b), free(mname);
     free_strv(deps, ndeps);
-    return send_err(fd, "malformed COMMIT");
+    drop_staged(s, st);
+    if (m->bad)
+      return send_err(fd, "malformed COMMIT (the module was not loaded)");
+    return send_err(fd, "COMMIT refused: %s (the module was not loaded)", why);
   }
 
   /* Evictions staged by this transaction (memory pressure) happen now. */
@@ -816,6 +1161,7 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
         free_reg(&regs[k]);
       free(mod), free(regs), free(b), free(mname);
       free_strv(deps, ndeps);
+      drop_staged(s, st);
       return send_err(fd, "the module's init function returned %d", rc);
     }
   }
@@ -883,24 +1229,50 @@ static int do_commit(int fd, struct session *s, struct msg *m) {
   return rc;
 }
 
-static int do_unload(int fd, struct msg *m) {
-  uint64_t t0 = now_ns();
-  uint32_t id = get32(m);
-  if (m->bad)
-    return send_err(fd, "malformed UNLOAD");
-  struct module *mod = find_module(id);
-  if (!mod)
-    return send_err(fd, "module %u is not loaded", id);
-  remove_module(mod);
-  return send_ok_since(fd, t0);
-}
-
 /* Whether module x needs the module called `name`. */
 static int needs(const struct module *x, const char *name) {
   for (uint32_t k = 0; k < x->ndeps; k++)
     if (!strcmp(x->deps[k], name))
       return 1;
   return 0;
+}
+
+/* The modules that need module `id`, comma-separated into buf; 0 if none.
+ * (By id as by name: a dependent left without its dependency would call
+ * into unmapped memory.) */
+static int dependents(uint32_t id, char *buf, size_t len) {
+  int n = 0;
+  size_t off = 0;
+  buf[0] = 0;
+  pthread_mutex_lock(&mod_lock);
+  struct module *t = modules;
+  while (t && t->id != id)
+    t = t->next;
+  for (struct module *x = modules; t && x; x = x->next)
+    if (x != t && needs(x, t->name)) {
+      int w = snprintf(buf + off, len - off, "%s%s", n ? ", " : "", x->name);
+      if (w > 0 && off + (size_t)w < len)
+        off += (size_t)w;
+      n++;
+    }
+  pthread_mutex_unlock(&mod_lock);
+  return n;
+}
+
+static int do_unload(int fd, struct msg *m) {
+  uint64_t t0 = now_ns();
+  uint32_t id = get32(m);
+  if (m->bad || m->off != m->len)
+    return send_err(fd, "malformed UNLOAD");
+  struct module *mod = find_module(id);
+  if (!mod)
+    return send_err(fd, "module %u is not loaded", id);
+  char users[300];
+  if (dependents(id, users, sizeof users))
+    return send_err(fd, "module %s (id %u) is needed by %s (unload them first)",
+                    mod->name, id, users);
+  remove_module(mod);
+  return send_ok_since(fd, t0);
 }
 
 /* UNLOAD_NAME: `bunkai mod unload NAME` in one round trip. The module is
@@ -953,6 +1325,13 @@ static int do_evict(int fd, struct session *s, struct msg *m) {
   struct module *mod = find_module(id);
   if (!mod)
     return send_err(fd, "module %u is not loaded", id);
+  for (uint32_t k = 0; k < s->nevict; k++)
+    if (s->evict[k] == id)
+      return send_err(fd, "module %u is already being unloaded", id);
+  char users[300];
+  if (dependents(id, users, sizeof users))
+    return send_err(fd, "module %s (id %u) is needed by %s (unload them first)",
+                    mod->name, id, users);
   s->evict[s->nevict++] = id;
   s->evict_bytes += mod->mem_len;
   return send_msg(fd, BUNKAI_MSG_OK, NULL);
@@ -1036,25 +1415,95 @@ static void serve(int fd) {
 static char sock_path[108];
 static int listen_fd = -1;
 
+/* Every connection gets timeouts on its reads and writes: a client that
+ * stops half-way through a message, or stops reading our answers, is
+ * dropped (its transaction rolled back) instead of stopping the host's
+ * module server for ever. */
+static void set_timeouts(int fd) {
+  struct timeval tv = {.tv_sec = IO_TIMEOUT_S};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* Accepts one connection; 1 if it may be served, 0 if it was refused. */
+static int admit(int fd) {
+  set_timeouts(fd);
+  struct ucred cred;
+  socklen_t cl = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
+      (cred.uid == getuid() || cred.uid == 0))
+    return 1;
+  send_err(fd, "permission denied: only the host's owner or root may load "
+               "code into it");
+  return 0;
+}
+
+/* Connections are served one at a time (a connection is a transaction),
+ * each only once it has sent something: until then it waits in `pending`,
+ * so a client that connects and stays silent holds up nobody, and is
+ * closed after IDLE_MS. */
 static void *command_thread(void *arg) {
   (void)arg;
+  struct {
+    int fd;
+    uint64_t since;
+  } pending[MAX_PENDING];
+  int npending = 0;
   for (;;) {
-    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED)
-        continue;
+    struct pollfd pf[MAX_PENDING + 1];
+    pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+    for (int k = 0; k < npending; k++)
+      pf[k + 1] = (struct pollfd){.fd = pending[k].fd, .events = POLLIN};
+    int n = poll(pf, (nfds_t)npending + 1, 1000);
+    if (n < 0 && errno != EINTR)
       return NULL;
-    }
-    struct ucred cred;
-    socklen_t cl = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0 &&
-        (cred.uid == getuid() || cred.uid == 0)) {
+    uint64_t now = now_ns();
+    /* The oldest connection that has sent something (or hung up). */
+    int ready = -1;
+    for (int k = 0; n > 0 && k < npending && ready < 0; k++)
+      if (pf[k + 1].revents)
+        ready = k;
+    if (ready >= 0) {
+      int fd = pending[ready].fd;
+      pending[ready] = pending[--npending];
+      txn_deadline = now_ns() + (uint64_t)TXN_MS * 1000000u;
       serve(fd);
-    } else {
-      send_err(fd, "permission denied: only the host's owner or root may load "
-                   "code into it");
+      close(fd);
+      continue;
     }
-    close(fd);
+    for (int k = 0; k < npending;)
+      if (now - pending[k].since > (uint64_t)IDLE_MS * 1000000u) {
+        close(pending[k].fd);
+        pending[k] = pending[--npending];
+      } else {
+        k++;
+      }
+    if (n > 0 && (pf[0].revents & POLLIN)) {
+      int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE)
+          usleep(10000); /* out of descriptors: not a busy loop meanwhile */
+        if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN ||
+            errno == EMFILE || errno == ENFILE)
+          continue;
+        return NULL;
+      }
+      if (!admit(fd)) {
+        close(fd);
+        continue;
+      }
+      if (npending == MAX_PENDING) { /* the oldest silent one makes room */
+        int old = 0;
+        for (int k = 1; k < npending; k++)
+          if (pending[k].since < pending[old].since)
+            old = k;
+        close(pending[old].fd);
+        pending[old] = pending[--npending];
+      }
+      pending[npending].fd = fd;
+      pending[npending].since = now_ns();
+      npending++;
+    }
   }
 }
 
@@ -1104,6 +1553,58 @@ static void sweep_dead_sockets(const char *dir) {
   closedir(d);
 }
 
+/* Whether `dir` is a directory of ours alone: a real directory (lstat: not
+ * a symbolic link to one), owned by us, no permission for group or others.
+ * Returns NULL, or what is wrong with it (and its fix) in buf. */
+static const char *private_dir_problem(const char *dir, char *buf,
+                                       size_t len) {
+  struct stat st;
+  if (lstat(dir, &st))
+    snprintf(buf, len, "cannot use %s: %s", dir, strerror(errno));
+  else if (S_ISLNK(st.st_mode))
+    snprintf(buf, len, "%s is a symbolic link, not a directory of ours "
+                       "(remove it)", dir);
+  else if (!S_ISDIR(st.st_mode))
+    snprintf(buf, len, "%s is not a directory (remove it)", dir);
+  else if (st.st_uid != getuid())
+    snprintf(buf, len, "%s belongs to uid %u, not to us (uid %u): another "
+                       "user could intercept modules (remove it, or set "
+                       "XDG_RUNTIME_DIR or BUNKAI_HOST_SOCKET)",
+             dir, (unsigned)st.st_uid, (unsigned)getuid());
+  else if (st.st_mode & 077)
+    snprintf(buf, len, "%s has mode %04o: group and others may use it "
+                     "(chmod 700 %s)",
+             dir, (unsigned)(st.st_mode & 07777), dir);
+  else
+    return NULL;
+  return buf;
+}
+
+/* The default socket directory: $XDG_RUNTIME_DIR/bunkai-mod when that is
+ * set and a private directory of ours (as systemd makes it), else
+ * /tmp/bunkai-mod-UID. Created 0700 if missing, and checked either way: a
+ * directory another user made first is refused, not used. */
+static int default_dir(char *out, size_t len) {
+  char why[400];
+  const char *x = getenv("XDG_RUNTIME_DIR");
+  if (x && x[0] == '/' && !private_dir_problem(x, why, sizeof why) &&
+      (size_t)snprintf(out, len, "%s/bunkai-mod", x) < len - 16) {
+    /* $XDG_RUNTIME_DIR/bunkai-mod, unless the path is too long */
+  } else {
+    snprintf(out, len, "/tmp/bunkai-mod-%u", (unsigned)getuid());
+  }
+  if (mkdir(out, 0700) && errno != EEXIST) {
+    fprintf(stderr, "bunkai mod: cannot create %s: %s (check /tmp)\n", out,
+            strerror(errno));
+    return -1;
+  }
+  if (private_dir_problem(out, why, sizeof why)) {
+    fprintf(stderr, "bunkai mod: %s\n", why);
+    return -1;
+  }
+  return 0;
+}
+
 EXPORT int bunkai_host_start(const char *path) {
   if (listen_fd >= 0)
     return 0;
@@ -1111,26 +1612,29 @@ EXPORT int bunkai_host_start(const char *path) {
   if (!path)
     path = getenv("BUNKAI_HOST_SOCKET");
   if (!path || !*path) {
-    snprintf(def, sizeof def, "/tmp/bunkai-mod-%u", (unsigned)getuid());
-    if (mkdir(def, 0700) && errno != EEXIST)
+    if (default_dir(def, sizeof def))
       return -1;
-    struct stat st;
-    if (lstat(def, &st) || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
-        (st.st_mode & 077)) {
-      fprintf(stderr, "bunkai host: %s is not a private directory of ours\n",
-              def);
+    sweep_dead_sockets(def);
+    size_t used_len = strlen(def), room = sizeof def - used_len;
+    if ((size_t)snprintf(def + used_len, room, "/%d.sock", (int)getpid()) >=
+        room) {
+      fprintf(stderr, "bunkai mod: the socket path in %s is too long (set "
+                      "BUNKAI_HOST_SOCKET to a shorter path)\n", def);
       return -1;
     }
-    sweep_dead_sockets(def);
-    snprintf(def + strlen(def), sizeof def - strlen(def), "/%d.sock",
-             (int)getpid());
     path = def;
   }
-  if (strlen(path) >= sizeof sock_path)
+  if (strlen(path) >= sizeof sock_path) {
+    fprintf(stderr, "bunkai mod: socket path %s is longer than %zu bytes "
+                    "(choose a shorter one)\n", path, sizeof sock_path - 1);
     return -1;
+  }
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
+  if (fd < 0) {
+    fprintf(stderr, "bunkai mod: cannot create the host's socket: %s (check "
+                    "the process's descriptor limit)\n", strerror(errno));
     return -1;
+  }
   /* Listening before the socket has its name: bind PATH.tmp, listen, then
    * rename (another host's sweep must never find PATH without a listener). */
   struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -1140,6 +1644,9 @@ EXPORT int bunkai_host_start(const char *path) {
   if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16) ||
       chmod(a.sun_path, 0600) ||
       (strcmp(a.sun_path, path) && rename(a.sun_path, path))) {
+    fprintf(stderr, "bunkai mod: cannot listen on %s: %s (check the "
+                    "directory exists and is writable)\n", path,
+            strerror(errno));
     unlink(a.sun_path);
     close(fd);
     return -1;
@@ -1154,6 +1661,8 @@ EXPORT int bunkai_host_start(const char *path) {
   int rc = pthread_create(&t, NULL, command_thread, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc) {
+    fprintf(stderr, "bunkai mod: cannot start the host's command thread: %s "
+                    "(check the process's thread limit)\n", strerror(rc));
     close(fd);
     listen_fd = -1;
     unlink(path);

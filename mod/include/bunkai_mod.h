@@ -131,7 +131,11 @@ struct bunkai_guard {
 typedef struct bunkai_iface bunkai_iface_t;
 
 /* Starts the command thread on `socket_path` (NULL: the default,
- * $BUNKAI_HOST_SOCKET or /tmp/bunkai-mod-<uid>/<pid>.sock). 0 on success. */
+ * $BUNKAI_HOST_SOCKET, else <pid>.sock in $XDG_RUNTIME_DIR/bunkai-mod when
+ * XDG_RUNTIME_DIR is a private directory of ours, else in
+ * /tmp/bunkai-mod-<uid>; a default directory must be a real directory of
+ * ours with mode 0700, or the host refuses to start). 0 on success; on
+ * failure one line `bunkai mod: ...` on stderr. */
 int bunkai_host_start(const char *socket_path);
 /* The socket path the host listens on (after bunkai_host_start). */
 const char *bunkai_host_socket(void);
@@ -174,8 +178,11 @@ const char *bunkai_provider(const char *iface, char *buf, unsigned long len);
  *   PROTECT  u64 rx_addr            -> OK u64 ns   (RX pages become r-x)
  *   MAP      u64 rx_addr u64 len    -> OK u64 ns   (zero-copy load: the
  *            message carries one memfd (SCM_RIGHTS, MFD_ALLOW_SEALING) holding
- *            the linked image laid out like the staged memory; the host seals
- *            it and maps [0, len) over the staged memory: the RX part r-x,
+ *            the linked image laid out like the staged memory, sealed with
+ *            F_SEAL_WRITE|GROW|SHRINK|SEAL by its sender after unmapping it
+ *            (the host adds missing seals, and refuses a memfd it cannot seal:
+ *            one still mapped writable elsewhere); the host
+ *            maps [0, len) over the staged memory: the RX part r-x,
  *            the rest rw- copy-on-write; both private. WRITE and PROTECT are
  *            then not needed; on ERR the staged memory is as ALLOC left it)
  *   COMMIT   u32 replace_id blob u64 rx u64 rw u64 init u64 exit
@@ -183,15 +190,25 @@ const char *bunkai_provider(const char *iface, char *buf, unsigned long len);
  *            (name: the module's; deps: the modules it needs)
  *                                   -> OK u32 id u64 ns_init u64 ns_publish
  *            (replace_id != 0: the swap, one atomic publication)
- *   UNLOAD   u32 id                 -> OK u64 ns
+ *            Refused (ERR, the staged memory unmapped, nothing run) unless:
+ *            init, exit and every fn lie in the RX part staged at rx; names
+ *            are 1-255 bytes without NUL; each table has its interface's
+ *            length (the host's expected text, else the current providers');
+ *            blob is a JSON object; the name is not loaded already; every
+ *            dep is loaded and not being evicted.
+ *   UNLOAD   u32 id                 -> OK u64 ns   (refused while other
+ *            modules need it, naming them; EVICT likewise)
  *   UNLOAD_NAME name                -> OK u32 status, then for status
  *            0 (unloaded): u32 id u64 ns; 1: no module of that name;
  *            2 (refused: other modules need it): n {name}* of those
  *   EVICT    u32 id                 -> OK   (memory pressure: the module is
  *            unloaded when this transaction's first COMMIT lands, and its
  *            memory counts as free for ALLOC; forgotten on rollback)
- * Errors: ERR string. `blob` is the server's record of the module (JSON),
- * kept by the host so any later server sees the same state. */
+ * Errors: ERR string, one line. `blob` is the server's record of the module
+ * (JSON), kept by the host so any later server sees the same state.
+ * A connection is served once it has sent something (a silent one is closed
+ * after 10 s and holds up nobody); reads and writes time out after 10 s; a
+ * transaction ends after 120 s. */
 #define BUNKAI_MSG_HELLO 1
 #define BUNKAI_MSG_RESOLVE 2
 #define BUNKAI_MSG_ALLOC 3
