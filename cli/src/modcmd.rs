@@ -20,7 +20,7 @@ pub struct Args {
 
 #[derive(clap::Args, Clone)]
 struct HostSel {
-    /// The host's pid (its socket is /tmp/bunkai-mod-UID/PID.sock)
+    /// The host's pid (its socket is $XDG_RUNTIME_DIR/bunkai-mod/PID.sock, or /tmp/bunkai-mod-UID/PID.sock)
     #[arg(long, value_name = "PID", global = true)]
     pid: Option<u32>,
     /// The host's socket (default: $BUNKAI_HOST_SOCKET, or the only running host)
@@ -134,10 +134,13 @@ fn pick_socket(h: &HostSel) -> Result<PathBuf> {
     if let Some(s) = std::env::var_os("BUNKAI_HOST_SOCKET") {
         return Ok(PathBuf::from(s));
     }
-    let hosts = proto::running_hosts();
+    let hosts = proto::running_hosts()?;
     match hosts.len() {
         1 => Ok(hosts[0].clone()),
-        0 => bail!("no running host found (start a program linked with libbunkai-host, or give --pid/--socket)"),
+        0 => bail!(
+            "no running host found in {} (start a program linked with libbunkai-host, or give --pid/--socket)",
+            proto::default_dirs().iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" or ")
+        ),
         _ => bail!(
             "{} hosts are running: {} (choose one with --pid or --socket)",
             hosts.len(),
@@ -219,11 +222,16 @@ pub fn run(a: Args) -> Result<ExitCode> {
             let mut h = proto::Host::connect(&pick_socket(&host)?)?;
             let st = h.hello()?;
             let mods = server::loaded_modules(&st)?;
+            let odd = server::unreadable_records(&st);
             if json {
-                let v: Vec<serde_json::Value> = mods
+                let mut v: Vec<serde_json::Value> = mods
                     .iter()
                     .map(|m| serde_json::json!({"id": m.id, "address": m.addr, "bytes": m.bytes, "record": m.rec}))
                     .collect();
+                for (id, why) in &odd {
+                    let (_, addr, bytes, _) = st.modules.iter().find(|m| m.0 == *id).unwrap();
+                    v.push(serde_json::json!({"id": id, "address": addr, "bytes": bytes, "record": null, "unreadable": why}));
+                }
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
@@ -237,7 +245,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     "host {} ({}): {} modules, {} bytes{}",
                     st.pid,
                     h.path.display(),
-                    mods.len(),
+                    mods.len() + odd.len(),
                     st.used,
                     if st.budget > 0 { format!(" of {}", st.budget) } else { String::new() }
                 );
@@ -254,6 +262,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
                         if m.rec.deps.is_empty() { String::new() } else { format!("  needs [{}]", m.rec.deps.join(", ")) },
                         if m.rec.auto { "  (dependency)" } else { "" }
                     );
+                }
+                for (id, why) in &odd {
+                    let (_, addr, bytes, _) = st.modules.iter().find(|m| m.0 == *id).unwrap();
+                    println!("  {id:>3} {:<16} {:<6} {bytes:>9} B at {addr:#x}  record unreadable: {why}", "?", "?");
                 }
             }
         }

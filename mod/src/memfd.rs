@@ -2,6 +2,11 @@
 //! memory in the host (RX part, then the RW part's data), mapped shared in
 //! the server so the linker writes straight into it, then passed to the host
 //! with SCM_RIGHTS (proto::Host::map), which maps it over the staged memory.
+//! Before it goes, the server unmaps its own writable mapping and seals the
+//! memfd fully (no write, no resize, no more seals): after that nobody, not
+//! even this process, can change the code the host will run. (F_SEAL_WRITE
+//! cannot be set while a shared writable mapping exists, which is why the
+//! mapping goes first; the host refuses a memfd that is not fully sealed.)
 //! Nothing is copied through the socket, and the pages the linker wrote are
 //! the pages the host runs.
 //!
@@ -20,7 +25,17 @@ extern "C" {
     fn munmap(addr: *mut c_void, len: usize) -> c_int;
     fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int;
     fn sendmsg(fd: c_int, msg: *const MsgHdr, flags: c_int) -> isize;
+    fn fcntl(fd: c_int, cmd: c_int, ...) -> c_int;
 }
+
+const F_ADD_SEALS: c_int = 1033;
+const F_GET_SEALS: c_int = 1034;
+const F_SEAL_SEAL: c_int = 1;
+const F_SEAL_SHRINK: c_int = 2;
+const F_SEAL_GROW: c_int = 4;
+const F_SEAL_WRITE: c_int = 8;
+/// Every seal: what the host requires before it maps a module's memfd.
+pub const SEALS: c_int = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
 
 const MFD_CLOEXEC: c_uint = 1;
 const MFD_ALLOW_SEALING: c_uint = 2;
@@ -62,9 +77,10 @@ struct OneFd {
     _pad: c_int,
 }
 
-/// The module's memory, writable here.
+/// The module's memory, writable here until `seal`.
 pub struct MemImage {
     fd: OwnedFd,
+    /// Null once sealed (the writable mapping is gone).
     ptr: *mut u8,
     len: usize,
 }
@@ -111,14 +127,55 @@ impl MemImage {
         self.len == 0
     }
 
-    /// The two parts, RX at [0, rx_len) and RW from rx_len on.
+    /// The two parts, RX at [0, rx_len) and RW from rx_len on. Empty once
+    /// sealed.
     pub fn split(&mut self, rx_len: usize) -> (&mut [u8], &mut [u8]) {
+        if self.ptr.is_null() {
+            return (&mut [], &mut []);
+        }
         let all = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
         all.split_at_mut(rx_len.min(self.len))
     }
 
+    /// The image, while it is mapped (empty once sealed: see `contents`).
     pub fn as_slice(&self) -> &[u8] {
+        if self.ptr.is_null() {
+            return &[];
+        }
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The image, read from the memfd (mapped or not).
+    pub fn contents(&self) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let f = File::from(self.fd.try_clone()?);
+        let mut v = vec![0u8; self.len];
+        f.read_exact_at(&mut v, 0).map_err(|e| anyhow::anyhow!("reading back the module's memfd: {e}"))?;
+        Ok(v)
+    }
+
+    /// Ends writing: unmaps our writable mapping, then seals the memfd
+    /// against writes, resizing and further seals. From here on the image
+    /// is what the host will run, whoever holds the descriptor.
+    pub fn seal(&mut self) -> Result<()> {
+        if !self.ptr.is_null() {
+            unsafe { munmap(self.ptr as *mut c_void, self.len.max(1)) };
+            self.ptr = std::ptr::null_mut();
+        }
+        let fd = self.fd.as_raw_fd();
+        let have = unsafe { fcntl(fd, F_GET_SEALS) };
+        if have >= 0 && have & SEALS == SEALS {
+            return Ok(());
+        }
+        if unsafe { fcntl(fd, F_ADD_SEALS, SEALS) } != 0 {
+            bail!("cannot seal the module's memfd: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The seals the memfd has now.
+    pub fn seals(&self) -> i32 {
+        unsafe { fcntl(self.fd.as_raw_fd(), F_GET_SEALS) }
     }
 
     pub fn fd(&self) -> RawFd {
@@ -128,7 +185,9 @@ impl MemImage {
 
 impl Drop for MemImage {
     fn drop(&mut self) {
-        unsafe { munmap(self.ptr as *mut c_void, self.len.max(1)) };
+        if !self.ptr.is_null() {
+            unsafe { munmap(self.ptr as *mut c_void, self.len.max(1)) };
+        }
     }
 }
 
@@ -181,5 +240,28 @@ mod tests {
         use std::io::Read;
         (&b).read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"hello");
+    }
+
+    #[test]
+    fn a_sealed_image_cannot_be_written_by_anyone() {
+        let mut m = MemImage::new("t", 2 * 4096, 0).unwrap();
+        m.split(4096).0[0] = 42;
+        // A second shared writable mapping: sealing must not leave it usable.
+        let other = unsafe { mmap(std::ptr::null_mut(), 4096, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd(), 0) };
+        assert_ne!(other as isize, -1);
+        assert!(m.seal().is_err(), "sealed against writes while a writable mapping exists");
+        unsafe { munmap(other, 4096) };
+        m.seal().unwrap();
+        assert_eq!(m.seals() & SEALS, SEALS);
+        assert!(m.as_slice().is_empty(), "our own writable mapping is gone");
+        assert_eq!(m.contents().unwrap()[0], 42);
+        // No new writable mapping, no write(), no resize.
+        let p = unsafe { mmap(std::ptr::null_mut(), 4096, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd(), 0) };
+        assert_eq!(p as isize, -1, "a writable mapping of a sealed memfd");
+        let f = File::from(m.fd.try_clone().unwrap());
+        use std::os::unix::fs::FileExt;
+        assert!(f.write_at(&[1], 0).is_err());
+        assert!(f.set_len(4096).is_err());
+        assert_eq!(m.contents().unwrap()[0], 42);
     }
 }

@@ -105,28 +105,99 @@ impl<'a> In<'a> {
     }
 }
 
-/// The default socket of host `pid` (what bunkai_host_start(NULL) uses).
+extern "C" {
+    fn geteuid() -> u32;
+    fn getsockopt(fd: i32, level: i32, name: i32, val: *mut std::ffi::c_void, len: *mut u32) -> i32;
+}
+
+/// struct ucred (SO_PEERCRED).
+#[repr(C)]
+#[derive(Default)]
+struct Ucred {
+    pid: i32,
+    uid: u32,
+    gid: u32,
+}
+
+/// The uid of this process.
+pub fn current_uid() -> u32 {
+    unsafe { geteuid() }
+}
+
+/// What is wrong with `dir` as a directory of ours alone (None: nothing):
+/// it must be a real directory (not a symbolic link to one), owned by us,
+/// with no permission for group or others. The host checks the same
+/// before it makes its socket there (mod/host/host.c, private_dir_problem).
+pub fn private_dir_problem(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let d = dir.display();
+    let m = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("cannot use {d}: {e}")),
+    };
+    let me = current_uid();
+    if m.file_type().is_symlink() {
+        Some(format!("{d} is a symbolic link, not a directory of ours (remove it)"))
+    } else if !m.is_dir() {
+        Some(format!("{d} is not a directory (remove it)"))
+    } else if m.uid() != me {
+        Some(format!(
+            "{d} belongs to uid {}, not to us (uid {me}): another user could intercept modules (remove it, or set XDG_RUNTIME_DIR)",
+            m.uid()
+        ))
+    } else if m.permissions().mode() & 0o077 != 0 {
+        Some(format!("{d} has mode {:04o}: group and others may use it (chmod 700 {d})", m.permissions().mode() & 0o7777))
+    } else {
+        None
+    }
+}
+
+/// $XDG_RUNTIME_DIR/bunkai-mod, when XDG_RUNTIME_DIR is set and is a
+/// private directory of ours.
+fn xdg_dir() -> Option<PathBuf> {
+    let x = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?);
+    (x.is_absolute() && private_dir_problem(&x).is_none()).then(|| x.join("bunkai-mod"))
+}
+
+/// The default socket directories, the one a host prefers first
+/// ($XDG_RUNTIME_DIR/bunkai-mod, else /tmp/bunkai-mod-UID). A host started
+/// with another environment may be in either, so both are looked in.
+pub fn default_dirs() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = xdg_dir().into_iter().collect();
+    v.push(PathBuf::from(format!("/tmp/bunkai-mod-{}", current_uid())));
+    v
+}
+
+/// Whether `dir` is where hosts put their sockets by default (here, or
+/// with any XDG_RUNTIME_DIR): such a directory must be private.
+fn is_default_dir(dir: &Path) -> bool {
+    dir == Path::new(&format!("/tmp/bunkai-mod-{}", current_uid()))
+        || dir.file_name().map_or(false, |n| n == "bunkai-mod")
+        || default_dirs().iter().any(|d| d == dir)
+}
+
+/// The default socket of host `pid` (what bunkai_host_start(NULL) uses):
+/// in the first default directory that has it, else the preferred one.
 pub fn default_socket(pid: u32) -> PathBuf {
-    PathBuf::from(format!("/tmp/bunkai-mod-{}/{pid}.sock", current_uid()))
+    let dirs = default_dirs();
+    let name = format!("{pid}.sock");
+    dirs.iter().map(|d| d.join(&name)).find(|p| std::fs::symlink_metadata(p).is_ok()).unwrap_or_else(|| dirs[0].join(&name))
 }
 
-/// The uid of this process, from /proc (no libc crate needed).
-fn current_uid() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|u| u.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
-/// Sockets of running hosts in the default directory.
-pub fn running_hosts() -> Vec<PathBuf> {
-    let dir = PathBuf::from(format!("/tmp/bunkai-mod-{}", current_uid()));
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|d| {
+/// Sockets of running hosts in the default directories. A default
+/// directory that exists but is not ours alone is an error, not a place to
+/// look: another user could have put a fake host there.
+pub fn running_hosts() -> Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = Vec::new();
+    for dir in default_dirs() {
+        if std::fs::symlink_metadata(&dir).is_err() {
+            continue;
+        }
+        if let Some(p) = private_dir_problem(&dir) {
+            bail!("{p}");
+        }
+        let Ok(d) = std::fs::read_dir(&dir) else { continue };
+        v.extend(
             d.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().map_or(false, |e| e == "sock"))
                 .filter(|p| {
@@ -134,19 +205,49 @@ pub fn running_hosts() -> Vec<PathBuf> {
                         .and_then(|s| s.to_str())
                         .and_then(|s| s.parse::<u32>().ok())
                         .map_or(false, |pid| Path::new(&format!("/proc/{pid}")).exists())
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+                }),
+        );
+    }
     v.sort();
-    v
+    v.dedup();
+    Ok(v)
+}
+
+/// The uid of the process listening at the other end of `sock`.
+fn peer_uid(sock: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut c = Ucred::default();
+    let mut len = std::mem::size_of::<Ucred>() as u32;
+    // SOL_SOCKET = 1, SO_PEERCRED = 17
+    if unsafe { getsockopt(sock.as_raw_fd(), 1, 17, &mut c as *mut Ucred as *mut std::ffi::c_void, &mut len) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(c.uid)
 }
 
 impl Host {
+    /// Connects to the host at `path`. Nothing is sent before two checks:
+    /// a socket in a default directory is only used if that directory is
+    /// ours alone, and the process listening must run as us or as root
+    /// (SO_PEERCRED): a module is never handed to someone else's process.
     pub fn connect(path: &Path) -> Result<Host> {
+        if let Some(dir) = path.parent().filter(|d| is_default_dir(d)) {
+            if let Some(p) = private_dir_problem(dir) {
+                bail!("{p}");
+            }
+        }
         let sock = UnixStream::connect(path).with_context(|| {
             format!("cannot reach the host at {} (is it running with libbunkai-host started?)", path.display())
         })?;
+        let me = current_uid();
+        match peer_uid(&sock) {
+            Ok(uid) if uid == me || uid == 0 => {}
+            Ok(uid) => bail!(
+                "the process listening on {} runs as uid {uid}, not as us (uid {me}) or root: nothing was sent to it (remove the socket, or give the socket of your own host)",
+                path.display()
+            ),
+            Err(e) => bail!("cannot check who listens on {}: {e} (nothing was sent)", path.display()),
+        }
         // A host that stops answering must not hang us.
         sock.set_read_timeout(Some(Duration::from_secs(30)))?;
         sock.set_write_timeout(Some(Duration::from_secs(30)))?;

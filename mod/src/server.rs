@@ -82,15 +82,30 @@ pub fn us(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
 }
 
+/// The loaded modules whose records this server can read. A record it
+/// cannot read (another bunkai version's, or a client's that is JSON but not
+/// a record) is left out here, and named by `unreadable_records`: one odd
+/// module never stops `list`, `load` or `unload` of the others (the host
+/// itself checks names, dependencies and code of every module).
 pub fn loaded_modules(st: &crate::proto::HostState) -> Result<Vec<Loaded>> {
-    st.modules
-        .iter()
-        .map(|(id, addr, bytes, blob)| {
-            let rec: Record = serde_json::from_slice(blob)
-                .map_err(|e| anyhow::anyhow!("the host's record of module {id} is unreadable: {e}"))?;
-            Ok(Loaded { id: *id, addr: *addr, bytes: *bytes, rec })
-        })
-        .collect()
+    Ok(read_records(st).0)
+}
+
+/// The modules whose records cannot be read: (id, why).
+pub fn unreadable_records(st: &crate::proto::HostState) -> Vec<(u32, String)> {
+    read_records(st).1
+}
+
+fn read_records(st: &crate::proto::HostState) -> (Vec<Loaded>, Vec<(u32, String)>) {
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    for (id, addr, bytes, blob) in &st.modules {
+        match serde_json::from_slice::<Record>(blob) {
+            Ok(rec) => good.push(Loaded { id: *id, addr: *addr, bytes: *bytes, rec }),
+            Err(e) => bad.push((*id, format!("{e}"))),
+        }
+    }
+    (good, bad)
 }
 
 /// The loaded module providing `iface`, leaving out the one a swap removes.
@@ -436,20 +451,31 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
         // memfd, or the host could not map it) the images go through the
         // socket and the RX part is then made r-x.
         let t = Instant::now();
-        let mapped = match &mem {
-            Some(mi) => match host.map(rx, file_len as u64, mi.fd()) {
-                Ok(_) => true,
+        // The memfd is sealed before it goes: our writable mapping is
+        // unmapped first, so nobody can change the code once the host has it.
+        let mapped = match &mut mem {
+            Some(mi) => match mi.seal() {
                 Err(e) => {
-                    log.push(format!("{}: the host could not map the image ({e:#}): copying through the socket", c.meta.name));
+                    log.push(format!("{}: {e:#}: copying through the socket", c.meta.name));
                     false
                 }
+                Ok(()) => match host.map(rx, file_len as u64, mi.fd()) {
+                    Ok(_) => true,
+                    Err(e) => {
+                        log.push(format!("{}: the host could not map the image ({e:#}): copying through the socket", c.meta.name));
+                        false
+                    }
+                },
             },
             None => false,
         };
+        let read_back = match (&mem, mapped) {
+            (Some(mi), false) => Some(mi.contents()?),
+            _ => None,
+        };
         if !mapped {
-            let (rx_b, rw_b): (&[u8], &[u8]) = match (&mem, &copy_img) {
-                (Some(mi), _) => {
-                    let a = mi.as_slice();
+            let (rx_b, rw_b): (&[u8], &[u8]) = match (&read_back, &copy_img) {
+                (Some(a), _) => {
                     (&a[..lay.rx_size as usize], &a[rx_part..rx_part + lay.rw_image_size() as usize])
                 }
                 (None, Some((x, w))) => (x, w),
