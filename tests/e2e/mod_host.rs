@@ -1,0 +1,593 @@
+//! End-to-end tests of libbunkai-host against hostile clients and modules
+//! (issue 20: "the host must survive any module and any client"). A small
+//! host program built here calls the interface `answer` (`int value(void)`)
+//! on every line it reads and prints what it got; a module answering 42 is
+//! loaded through the real CLI, and then clients speak the wire protocol
+//! directly (mod/include/bunkai_mod.h): COMMITs with code pointers outside
+//! the module, tables of the wrong length, records that are not JSON,
+//! silent connections, a memfd kept writable, and thousands of mutated
+//! messages. After each the host must have refused in one line, still
+//! answer, and the module must still return 42.
+
+use bunkai_e2e::*;
+use bunkai_mod::proto::{In, Msg, Out};
+use std::io::{BufRead, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+const HOST_C: &str = r#"#include "bunkai_mod.h"
+#include <stdio.h>
+#define ANSWER(X) X(int, value, (void))
+BUNKAI_INTERFACE(answer, ANSWER)
+int main(int argc, char **argv) {
+  BUNKAI_EXPECT(answer);
+  if (bunkai_host_start(argc > 1 ? argv[1] : NULL))
+    return 2;
+  printf("socket %s\n", bunkai_host_socket());
+  fflush(stdout);
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+    struct bunkai_guard g;
+    const struct answer_ops *a = BUNKAI_ACQUIRE(answer, &g);
+    if (a)
+      printf("value %d\n", a->value());
+    else
+      printf("value none\n");
+    bunkai_release(&g);
+    fflush(stdout);
+  }
+  return 0;
+}
+"#;
+
+const ANSWER42: &str = r#"#include "bunkai_mod.h"
+#define ANSWER(X) X(int, value, (void))
+BUNKAI_INTERFACE(answer, ANSWER)
+static int v(void) { return 42; }
+BUNKAI_MODULE("answer42", "1");
+BUNKAI_IMPLEMENTS(answer, ANSWER, v);
+"#;
+
+fn lib_dir() -> PathBuf {
+    let d = root().join("build/lib/bunkai");
+    assert!(d.join("libbunkai-host.a").exists(), "{} missing: run make", d.display());
+    d
+}
+
+fn clang(args: &[&str], what: &str) {
+    let st = Command::new("clang-14").args(args).output_within(DEADLINE);
+    assert!(st.status.success(), "clang-14 failed on {what}: {}", String::from_utf8_lossy(&st.stderr));
+}
+
+/// The test host, built once per test in `dir`.
+fn build_host(dir: &Path) -> PathBuf {
+    let c = dir.join("answer-host.c");
+    std::fs::write(&c, HOST_C).unwrap();
+    let exe = dir.join("answer-host");
+    let inc = format!("-I{}", root().join("mod/include").display());
+    let lib = lib_dir().join("libbunkai-host.a");
+    clang(
+        &["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()],
+        "the test host",
+    );
+    exe
+}
+
+fn compile_module(src: &str, name: &str, dir: &Path) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).unwrap();
+    let o = dir.join(format!("{name}.o"));
+    let inc = format!("-I{}", root().join("mod/include").display());
+    clang(&["-c", "-O2", &inc, "-o", o.to_str().unwrap(), c.to_str().unwrap()], name);
+    o
+}
+
+struct Host {
+    child: Child,
+    socket: PathBuf,
+    lines: Receiver<String>,
+    stdin: std::process::ChildStdin,
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    /// A test host listening on a socket in a fresh private directory,
+    /// with answer42 loaded through the CLI.
+    fn start() -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = build_host(dir.path());
+        let socket = dir.path().join("host.sock");
+        let mut child = Command::new(&exe)
+            .arg(&socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the test host");
+        kill_after(&child, DEADLINE, "answer-host");
+        let out = child.stdout.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut h = Host { child, socket, lines: rx, stdin, dir };
+        let l = h.line();
+        assert!(l.starts_with("socket "), "{l}");
+        let m = compile_module(ANSWER42, "answer42", h.dir.path());
+        bunkai_ok(&["mod", "load", "--socket", h.sock(), m.to_str().unwrap()]);
+        assert_eq!(h.call(), "42");
+        h
+    }
+
+    fn line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the test host printed nothing within 30 s (dead or stuck)"))
+    }
+
+    /// What the host's call of answer.value() returns now ("none": no
+    /// provider).
+    fn call(&mut self) -> String {
+        self.alive();
+        writeln!(self.stdin, "call").expect("the test host is gone");
+        self.stdin.flush().unwrap();
+        let l = self.line();
+        l.strip_prefix("value ").unwrap_or_else(|| panic!("unexpected line {l}")).to_string()
+    }
+
+    fn alive(&mut self) {
+        if let Some(st) = self.child.try_wait().unwrap() {
+            panic!("the host died: {st}");
+        }
+    }
+
+    fn sock(&self) -> &str {
+        self.socket.to_str().unwrap()
+    }
+
+    fn list(&self) -> serde_json::Value {
+        let o = bunkai_ok(&["mod", "list", "--socket", self.sock(), "--json"]);
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.list()["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["record"]["name"].as_str().map(String::from))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The host is as it was with only answer42 loaded, and answers.
+    fn unharmed(&mut self, after: &str) {
+        self.alive();
+        assert_eq!(self.names(), ["answer42"], "modules changed after {after}");
+        assert_eq!(self.call(), "42", "answer42 changed after {after}");
+    }
+
+    fn raw(&self) -> Raw {
+        Raw::connect(&self.socket)
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug)]
+enum Reply {
+    Ok(Vec<u8>),
+    Err(String),
+    Closed,
+}
+
+impl Reply {
+    fn ok(self, what: &str) -> Vec<u8> {
+        match self {
+            Reply::Ok(b) => b,
+            r => panic!("{what}: {r:?}"),
+        }
+    }
+    /// A refusal: one line.
+    fn refusal(self, what: &str) -> String {
+        match self {
+            Reply::Err(e) => {
+                assert!(!e.is_empty() && !e.contains('\n') && e.len() < 600, "{what}: not one line: {e:?}");
+                e
+            }
+            r => panic!("{what}: accepted, or no answer: {r:?}"),
+        }
+    }
+}
+
+/// A client speaking the host's wire protocol directly.
+struct Raw {
+    s: UnixStream,
+}
+
+fn frame(t: u32, body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + body.len());
+    v.extend_from_slice(&((4 + body.len()) as u32).to_le_bytes());
+    v.extend_from_slice(&t.to_le_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+impl Raw {
+    fn connect(p: &Path) -> Raw {
+        let s = UnixStream::connect(p).expect("connect to the host");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        Raw { s }
+    }
+
+    fn reply(&mut self) -> Reply {
+        let mut h = [0u8; 8];
+        if let Err(e) = self.s.read_exact(&mut h) {
+            assert_ne!(e.kind(), std::io::ErrorKind::WouldBlock, "the host did not answer within 30 s");
+            return Reply::Closed;
+        }
+        let len = u32::from_le_bytes(h[..4].try_into().unwrap()) as usize;
+        let ty = u32::from_le_bytes(h[4..].try_into().unwrap());
+        assert!((4..1 << 24).contains(&len), "the host sent a frame of {len} bytes");
+        let mut b = vec![0u8; len - 4];
+        self.s.read_exact(&mut b).expect("the host sent half a reply");
+        match ty {
+            100 => Reply::Ok(b),
+            101 => Reply::Err(In::new(&b).string().expect("an ERR carries a string")),
+            t => panic!("the host sent reply type {t}"),
+        }
+    }
+
+    fn call(&mut self, t: Msg, body: &Out) -> Reply {
+        if self.s.write_all(&frame(t as u32, &body.0)).is_err() {
+            return Reply::Closed;
+        }
+        self.reply()
+    }
+
+    /// (bytes in use) from HELLO.
+    fn used(&mut self) -> u64 {
+        let b = self.call(Msg::Hello, &Out::default()).ok("HELLO");
+        let mut r = In::new(&b);
+        r.u32().unwrap();
+        r.u32().unwrap();
+        r.u64().unwrap();
+        r.u64().unwrap()
+    }
+
+    fn resolve(&mut self, name: &str) -> u64 {
+        let b = self.call(Msg::Resolve, Out::default().u32(1).str(name)).ok("RESOLVE");
+        In::new(&b).u64().unwrap()
+    }
+
+    /// Stages a module whose code is `code` followed by `ret`s up to the
+    /// page (every entry point in it returns), RX made r-x with PROTECT.
+    /// Returns (rx, rw).
+    fn stage(&mut self, code: &[u8]) -> (u64, u64) {
+        let b = self.call(Msg::Alloc, Out::default().u64(code.len() as u64).u64(64)).ok("ALLOC");
+        let mut r = In::new(&b);
+        let (rx, rw) = (r.u64().unwrap(), r.u64().unwrap());
+        let mut page = vec![0xc3u8; (rw - rx) as usize];
+        page[..code.len()].copy_from_slice(code);
+        self.call(Msg::Write, Out::default().u64(rx).bytes(&page)).ok("WRITE");
+        self.call(Msg::Protect, Out::default().u64(rx)).ok("PROTECT");
+        (rx, rw)
+    }
+}
+
+/// `mov eax, v; ret`
+fn ret_value(v: i32) -> Vec<u8> {
+    let mut c = vec![0xb8];
+    c.extend_from_slice(&v.to_le_bytes());
+    c.push(0xc3);
+    c
+}
+
+/// What a COMMIT says.
+#[derive(Clone)]
+struct Commit {
+    replace: u32,
+    blob: Vec<u8>,
+    rx: u64,
+    rw: u64,
+    init: u64,
+    exit: u64,
+    regs: Vec<(Vec<u8>, Vec<(Vec<u8>, u64)>)>,
+    name: Vec<u8>,
+    deps: Vec<Vec<u8>>,
+    trailing: Vec<u8>,
+}
+
+impl Commit {
+    /// A correct COMMIT of module `name` implementing `iface` with one
+    /// function at the start of the staged code.
+    fn new(name: &str, iface: &str, rx: u64, rw: u64) -> Commit {
+        Commit {
+            replace: 0,
+            blob: format!(r#"{{"name":"{name}","made":"by a test"}}"#).into_bytes(),
+            rx,
+            rw,
+            init: 0,
+            exit: 0,
+            regs: vec![(iface.as_bytes().to_vec(), vec![(b"value".to_vec(), rx)])],
+            name: name.as_bytes().to_vec(),
+            deps: vec![],
+            trailing: vec![],
+        }
+    }
+
+    fn body(&self) -> Out {
+        let mut o = Out::default();
+        o.u32(self.replace).bytes(&self.blob).u64(self.rx).u64(self.rw).u64(self.init).u64(self.exit);
+        o.u32(self.regs.len() as u32);
+        for (iface, fns) in &self.regs {
+            o.bytes(iface).u32(fns.len() as u32);
+            for (n, a) in fns {
+                o.bytes(n).u64(*a);
+            }
+        }
+        o.bytes(&self.name).u32(self.deps.len() as u32);
+        for d in &self.deps {
+            o.bytes(d);
+        }
+        o.0.extend_from_slice(&self.trailing);
+        o
+    }
+}
+
+/// Checks a refused COMMIT: one line naming `want`; the staged memory was
+/// unmapped at once (HELLO's bytes in use, in the same connection); the
+/// host keeps running with answer42 unchanged.
+fn refused_commit(h: &mut Host, what: &str, code: &[u8], edit: impl Fn(&mut Commit, &mut Raw), want: &[&str]) {
+    let mut r = h.raw();
+    let before = r.used();
+    let (rx, rw) = r.stage(code);
+    assert!(r.used() > before);
+    let mut c = Commit::new("evil", "answer", rx, rw);
+    edit(&mut c, &mut r);
+    let e = r.call(Msg::Commit, &c.body()).refusal(what);
+    for w in want {
+        assert!(e.contains(w), "{what}: the refusal does not say {w:?}: {e}");
+    }
+    assert_eq!(r.used(), before, "{what}: the refused module's memory is still mapped");
+    drop(r);
+    h.unharmed(what);
+}
+
+#[test]
+fn commits_pointing_outside_their_module_are_refused_and_the_host_keeps_running() {
+    let mut h = Host::start();
+    let code = ret_value(7);
+    refused_commit(&mut h, "init at 0x100000", &code, |c, _| c.init = 0x100000, &["init", "0x100000", "outside"]);
+    refused_commit(&mut h, "init at libc's abort", &code, |c, r| c.init = r.resolve("abort"), &["init", "outside"]);
+    refused_commit(&mut h, "exit in the data part", &code, |c, _| c.exit = c.rw + 8, &["exit", "outside"]);
+    refused_commit(&mut h, "a function past the code", &code, |c, _| c.regs[0].1[0].1 = c.rw, &["answer.value", "outside"]);
+    refused_commit(&mut h, "a function at abort", &code, |c, r| c.regs[0].1[0].1 = r.resolve("abort"), &["outside"]);
+    refused_commit(&mut h, "a NUL in the interface name", &code, |c, _| c.regs[0].0 = b"answer\0xx".to_vec(), &["NUL"]);
+    refused_commit(&mut h, "a 300-byte interface name", &code, |c, _| c.regs[0].0 = vec![b'a'; 300], &["longer than 255"]);
+    refused_commit(&mut h, "an empty module name", &code, |c, _| c.name.clear(), &["empty"]);
+    refused_commit(&mut h, "a NUL in a function name", &code, |c, _| c.regs[0].1[0].0 = b"va\0lue".to_vec(), &["NUL"]);
+    refused_commit(
+        &mut h,
+        "a table longer than the interface",
+        &code,
+        |c, _| {
+            let f = c.regs[0].1[0].clone();
+            c.regs[0].1.push(f);
+        },
+        &["answer", "1 functions", "has 2"],
+    );
+    refused_commit(&mut h, "an empty table", &code, |c, _| c.regs[0].1.clear(), &["answer"]);
+    refused_commit(
+        &mut h,
+        "the same interface twice",
+        &code,
+        |c, _| {
+            c.regs[0].0 = b"other".to_vec();
+            let r = c.regs[0].clone();
+            c.regs.push(r);
+        },
+        &["twice"],
+    );
+    refused_commit(&mut h, "a needed module that is not loaded", &code, |c, _| c.deps = vec![b"nosuch".to_vec()], &["nosuch", "not loaded"]);
+    refused_commit(&mut h, "a second answer42", &code, |c, _| c.name = b"answer42".to_vec(), &["already loaded"]);
+    refused_commit(&mut h, "bytes after the message", &code, |c, _| c.trailing = vec![0; 5], &["5 bytes after the end"]);
+
+    // A correct COMMIT of the same kind is accepted (the refusals above are
+    // about what they name), takes the interface over, and goes again.
+    let mut r = h.raw();
+    let (rx, rw) = r.stage(&code);
+    let b = r.call(Msg::Commit, &Commit::new("seven", "answer", rx, rw).body()).ok("a correct COMMIT");
+    let id = In::new(&b).u32().unwrap();
+    drop(r);
+    assert_eq!(h.call(), "7");
+    h.raw().call(Msg::Unload, Out::default().u32(id)).ok("UNLOAD seven");
+    h.unharmed("seven came and went");
+}
+
+#[test]
+fn modules_that_others_need_are_not_unloaded_by_id_nor_evicted() {
+    let mut h = Host::start();
+    let sched = root().join("build/lib/bunkai/examples/sched");
+    let sd = sched.to_str().unwrap();
+    bunkai_ok(&["mod", "load", "--socket", h.sock(), "-L", sd, &format!("{sd}/edf.o")]);
+    let ids: std::collections::HashMap<String, u32> = h.list()["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["record"]["name"].as_str().unwrap().to_string(), m["id"].as_u64().unwrap() as u32))
+        .collect();
+    let util = ids["sched-util"];
+    let e = h.raw().call(Msg::Unload, Out::default().u32(util)).refusal("UNLOAD by id of a needed module");
+    assert!(e.contains("sched-util") && e.contains("edf") && e.contains("unload them first"), "{e}");
+    let e = h.raw().call(Msg::Evict, Out::default().u32(util)).refusal("EVICT of a needed module");
+    assert!(e.contains("edf"), "{e}");
+    let e = h.raw().call(Msg::UnloadName, Out::default().str("sched-util")).ok("UNLOAD_NAME");
+    assert_eq!(In::new(&e).u32().unwrap(), 2, "UNLOAD_NAME of a needed module must be refused");
+    let (_, err) = bunkai_fails(&["mod", "unload", "--socket", h.sock(), "sched-util"]);
+    assert!(err.contains("edf") && err.lines().count() == 1, "{err}");
+    let mut names = h.names();
+    names.sort();
+    assert_eq!(names, ["answer42", "edf", "sched-util"]);
+    assert_eq!(h.call(), "42");
+    // The dependent first, then the module it needed: both go.
+    h.raw().call(Msg::Unload, Out::default().u32(ids["edf"])).ok("UNLOAD edf");
+    h.raw().call(Msg::Unload, Out::default().u32(util)).ok("UNLOAD sched-util");
+    h.unharmed("unloading edf then sched-util");
+}
+
+#[test]
+fn a_record_that_is_not_json_is_refused_and_an_unreadable_one_breaks_nothing() {
+    let mut h = Host::start();
+    let code = ret_value(5);
+    for (what, blob) in [
+        ("a record that is not JSON", &b"{\"name\": \"x\", oops"[..]),
+        ("a record that is not an object", b"[1, 2]"),
+        ("a record with bytes after it", b"{} trailing"),
+        ("a record with a NUL", b"{\"a\":\"\0\"}"),
+        ("a record that is not UTF-8", b"{\"a\":\"\xff\"}"),
+    ] {
+        refused_commit(&mut h, what, &code, |c, _| c.blob = blob.to_vec(), &["record"]);
+    }
+
+    // JSON, but not a record this bunkai can read: the host takes it (it
+    // checks what it relies on itself); list, load and unload still work.
+    let mut r = h.raw();
+    let (rx, rw) = r.stage(&code);
+    let mut c = Commit::new("odd", "odd_iface", rx, rw);
+    c.blob = br#"{"name": 12, "what": ["not", "a", "record"]}"#.to_vec();
+    r.call(Msg::Commit, &c.body()).ok("a JSON record of another shape");
+    drop(r);
+    let v = h.list();
+    let mods = v["modules"].as_array().unwrap();
+    assert_eq!(mods.len(), 2, "{v}");
+    assert!(mods.iter().any(|m| m["record"]["name"] == "answer42"), "{v}");
+    assert!(mods.iter().any(|m| m["record"].is_null() && m["unreadable"].is_string()), "{v}");
+    let o = bunkai_ok(&["mod", "list", "--socket", h.sock()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("answer42") && text.contains("record unreadable"), "{text}");
+    let sched = root().join("build/lib/bunkai/examples/sched");
+    bunkai_ok(&["mod", "load", "--socket", h.sock(), sched.join("fifo.o").to_str().unwrap()]);
+    assert_eq!(h.names(), ["answer42", "fifo"]);
+    bunkai_ok(&["mod", "unload", "--socket", h.sock(), "fifo"]);
+    bunkai_ok(&["mod", "unload", "--socket", h.sock(), "odd"]);
+    h.unharmed("an unreadable record came and went");
+}
+
+#[test]
+fn a_client_that_sends_nothing_does_not_stop_the_host() {
+    let mut h = Host::start();
+    // Connected and silent; another connected and gone half-way through a
+    // message header.
+    let silent = UnixStream::connect(&h.socket).unwrap();
+    let mut half = UnixStream::connect(&h.socket).unwrap();
+    half.write_all(&[9, 0]).unwrap();
+    let t = Instant::now();
+    let o = Command::new(bunkai()).args(["mod", "list", "--socket", h.sock()]).output_within(Duration::from_secs(60));
+    let took = t.elapsed();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("answer42"));
+    // The half message holds the host up to its read timeout (10 s), no more.
+    assert!(took < Duration::from_secs(15), "bunkai mod list took {took:?} behind silent clients");
+    // Both are closed by the host, not kept for ever.
+    for (mut s, what) in [(silent, "the silent client"), (half, "the half message")] {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut b = Vec::new();
+        match s.read_to_end(&mut b) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("{what} was not closed by the host within 30 s: {e}"),
+        }
+    }
+    // Twenty silent ones at once: a list still answers at once.
+    let many: Vec<UnixStream> = (0..20).map(|_| UnixStream::connect(&h.socket).unwrap()).collect();
+    let t = Instant::now();
+    bunkai_ok(&["mod", "list", "--socket", h.sock()]);
+    assert!(t.elapsed() < Duration::from_secs(5), "list took {:?} behind 20 silent clients", t.elapsed());
+    drop(many);
+    h.unharmed("silent clients");
+}
+
+#[test]
+fn a_memfd_kept_writable_by_its_sender_cannot_change_loaded_code() {
+    use bunkai_mod::memfd::{send_with_fd, MemImage};
+    let mut h = Host::start();
+    let mut r = h.raw();
+    let b = r.call(Msg::Alloc, Out::default().u64(6).u64(0)).ok("ALLOC");
+    let mut rd = In::new(&b);
+    let (rx, rw) = (rd.u64().unwrap(), rd.u64().unwrap());
+    let len = (rw - rx) as usize;
+    // The image, written through a shared mapping the client keeps.
+    let mut img = MemImage::new("evil", len, len).unwrap();
+    img.split(len).0[..6].copy_from_slice(&ret_value(43));
+    send_with_fd(r.s.as_raw_fd(), &frame(Msg::Map as u32, &Out::default().u64(rx).u64(len as u64).0), img.fd()).unwrap();
+    match r.reply() {
+        Reply::Err(e) => {
+            assert!(!e.contains('\n'), "{e}");
+            assert!(e.contains("mapped writable"), "{e}");
+        }
+        other => {
+            // (the old host) it mapped it: then the code must not change.
+            assert!(matches!(other, Reply::Ok(_)), "{other:?}");
+            r.call(Msg::Commit, &Commit::new("evil", "answer", rx, rw).body()).ok("COMMIT");
+            drop(r);
+            assert_eq!(h.call(), "43");
+            img.split(len).0[..6].copy_from_slice(&ret_value(1337));
+            let v = h.call();
+            assert_ne!(v, "1337", "loaded code was changed through the sender's mapping");
+            panic!("the host mapped a memfd its sender can still write");
+        }
+    }
+    // Sealed properly (our mapping gone first), the same image loads, and
+    // nobody can write it any more.
+    let mut img = MemImage::new("good", len, len).unwrap();
+    img.split(len).0[..6].copy_from_slice(&ret_value(43));
+    img.seal().unwrap();
+    send_with_fd(r.s.as_raw_fd(), &frame(Msg::Map as u32, &Out::default().u64(rx).u64(len as u64).0), img.fd()).unwrap();
+    r.reply().ok("MAP of a sealed memfd");
+    let b = r.call(Msg::Commit, &Commit::new("good", "answer", rx, rw).body()).ok("COMMIT");
+    let id = In::new(&b).u32().unwrap();
+    drop(r);
+    assert_eq!(h.call(), "43");
+    {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(libc_dup(img.fd())) });
+        assert!(f.write_at(&ret_value(1337), 0).is_err(), "a sealed memfd was written");
+    }
+    assert_eq!(h.call(), "43");
+    h.raw().call(Msg::Unload, Out::default().u32(id)).ok("UNLOAD good");
+
+    // The CLI's own loads are still zero-copy (it seals after unmapping).
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", h.child.id())).unwrap();
+    assert!(maps.contains("/memfd:bunkai-mod:answer42"), "answer42 was not mapped from a memfd:\n{maps}");
+    h.unharmed("a memfd kept writable");
+}
+
+extern "C" {
+    fn dup(fd: i32) -> i32;
+}
+
+fn libc_dup(fd: i32) -> i32 {
+    let d = unsafe { dup(fd) };
+    assert!(d >= 0);
+    d
+}
+
