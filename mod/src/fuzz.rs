@@ -19,30 +19,210 @@
 //!
 //! Targeted mutations then check that each defect the linker must refuse
 //! is refused with the right words. `BUNKAI_MOD_FUZZ_MUTANTS` sets the
-//! number of mutants per module (default 3,000; bench/mod/mutants.sh runs
-//! 100,000 of them).
+//! number of mutants per module (default 3,000). The mutator and the dry
+//! link are public: tests/e2e/mod_mutants.rs sends mutants on to a running
+//! host (bench/mod/mutants.sh: 100,000 of them).
+
+use crate::link::{Module, MAX_MODULE};
+use std::collections::HashMap;
+
+/// xorshift64*: fixed seeds, reproducible runs.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Where the host maps modules (MAP_32BIT: the low 2 GB, so that code built
+/// without -fPIC links), and where it falls back to when that space is full.
+pub const RX_LOW: u64 = 0x4000_0000;
+pub const RX_HIGH: u64 = 0x7f12_0000_0000;
+
+/// Where a linked module landed, to check the result against.
+pub struct Linked {
+    /// The address its RX part was linked for.
+    pub base: u64,
+    pub rx: Vec<u8>,
+    pub rw: Vec<u8>,
+    pub entries: Vec<u64>,
+    pub rx_size: u64,
+    pub rw_size: u64,
+}
+
+/// Parse, pre-link and link where the host would map the module; Err is
+/// the refusal.
+pub fn dry_link(bytes: &[u8]) -> Result<Linked, String> {
+    dry_link_at(bytes, RX_LOW)
+}
+
+/// Parse, pre-link and link with the RX part at `base`, the undefined
+/// names resolved to fixed addresses where libraries live.
+pub fn dry_link_at(bytes: &[u8], base: u64) -> Result<Linked, String> {
+    let m = Module::parse(bytes).map_err(|e| format!("{e:#}"))?;
+    let lay = m.prelink().map_err(|e| format!("{e:#}"))?;
+    let rw = base + lay.rx_size.div_ceil(4096) * 4096;
+    let resolve: HashMap<String, u64> = m
+        .undefined()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (n, _))| (n, 0x7f11_0000_0000 + 16 * i as u64))
+        .collect();
+    let img = m.link(&lay, base, rw, &resolve).map_err(|e| format!("{e:#}"))?;
+    let meta = m.meta_bytes().and_then(|b| crate::meta::parse(b).ok()).unwrap_or_default();
+    let mut names: Vec<&String> = meta.init.iter().chain(meta.exit.iter()).collect();
+    for i in &meta.implements {
+        names.extend(i.symbols.iter());
+    }
+    let entries = names.iter().map(|n| img.symbols.get(*n).map_or(0, |s| s.0)).collect();
+    Ok(Linked { base, rx: img.rx, rw: img.rw, entries, rx_size: lay.rx_size, rw_size: lay.rw_size })
+}
+
+/// What an accepted mutant must satisfy.
+pub fn check_accepted(l: &Linked, what: &str) {
+    assert!(l.rx_size + l.rw_size <= MAX_MODULE, "{what}: layout of {} bytes accepted", l.rx_size + l.rw_size);
+    assert_eq!(l.rx.len() as u64, l.rx_size, "{what}");
+    assert!(l.rw.len() as u64 <= l.rw_size, "{what}");
+    for &e in &l.entries {
+        assert!(e >= l.base && e < l.base + l.rx_size, "{what}: an entry point at {e:#x} outside the module's code");
+    }
+}
+
+// ELF64 little-endian field access.
+pub fn rd(v: &[u8], at: usize, n: usize) -> u64 {
+    let mut x = 0u64;
+    for i in 0..n {
+        x |= (v[at + i] as u64) << (8 * i);
+    }
+    x
+}
+pub fn wr(v: &mut [u8], at: usize, n: usize, x: u64) {
+    for i in 0..n {
+        v[at + i] = (x >> (8 * i)) as u8;
+    }
+}
+
+/// Section headers: (offset of the header, sh_type, sh_offset, sh_size, name).
+pub fn sections(v: &[u8]) -> Vec<(usize, u32, usize, usize, String)> {
+    let shoff = rd(v, 0x28, 8) as usize;
+    let shnum = rd(v, 0x3c, 2) as usize;
+    let strndx = rd(v, 0x3e, 2) as usize;
+    let str_off = rd(v, shoff + strndx * 64 + 24, 8) as usize;
+    (0..shnum)
+        .map(|i| {
+            let h = shoff + i * 64;
+            let n = str_off + rd(v, h, 4) as usize;
+            let end = v[n..].iter().position(|&b| b == 0).unwrap();
+            let name = String::from_utf8_lossy(&v[n..n + end]).into_owned();
+            (h, rd(v, h + 4, 4) as u32, rd(v, h + 24, 8) as usize, rd(v, h + 32, 8) as usize, name)
+        })
+        .collect()
+}
+
+/// Values chosen to hurt a field of `n` bytes.
+fn nasty(r: &mut Rng, n: usize, old: u64, nsec: u64) -> u64 {
+    let ones = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
+    let v = match r.below(12) {
+        0 => 0,
+        1 => ones,
+        2 => old.wrapping_add(1),
+        3 => old.wrapping_sub(1),
+        4 => old.wrapping_add(1 + r.below(64) as u64),
+        5 => ones - r.below(16) as u64,
+        6 => 1u64 << r.below(8 * n),
+        7 => nsec + r.below(3) as u64,
+        8 => r.below(nsec as usize + 1) as u64,
+        9 => old ^ (1 << r.below(8 * n)),
+        10 => 0x100000,
+        _ => r.next(),
+    };
+    v & ones
+}
+
+/// One structural or byte mutation of a valid object.
+pub fn mutate(r: &mut Rng, orig: &[u8]) -> (Vec<u8>, String) {
+    let mut v = orig.to_vec();
+    let secs = sections(&v);
+    let nsec = secs.len() as u64;
+    let field = |r: &mut Rng, v: &mut Vec<u8>, at: usize, n: usize, what: String| -> String {
+        let old = rd(v, at, n);
+        let new = nasty(r, n, old, nsec);
+        wr(v, at, n, new);
+        format!("{what}: {old:#x} -> {new:#x}")
+    };
+    let how = match r.below(10) {
+        // A section header field.
+        0 | 1 => {
+            let (h, _, _, _, name) = &secs[r.below(secs.len())];
+            let f = [(4, 4, "type"), (8, 8, "flags"), (24, 8, "offset"), (32, 8, "size"), (40, 4, "link"), (44, 4, "info"), (48, 8, "align"), (56, 8, "entsize")];
+            let (o, n, fname) = f[r.below(f.len())];
+            field(r, &mut v, h + o, n, format!("section {name} {fname}"))
+        }
+        // A symbol field.
+        2 | 3 => {
+            let Some(&(_, _, off, size, _)) = secs.iter().find(|s| s.1 == 2) else { return (v, "none".into()) };
+            let k = r.below(size / 24);
+            let f = [(4, 1, "info"), (6, 2, "shndx"), (8, 8, "value"), (16, 8, "size"), (0, 4, "name")];
+            let (o, n, fname) = f[r.below(f.len())];
+            field(r, &mut v, off + k * 24 + o, n, format!("symbol #{k} {fname}"))
+        }
+        // A relocation field.
+        4 | 5 => {
+            let relas: Vec<_> = secs.iter().filter(|s| s.1 == 4 && s.3 >= 24).collect();
+            if relas.is_empty() {
+                return (v, "none".into());
+            }
+            let &(_, _, off, size, ref name) = relas[r.below(relas.len())];
+            let k = r.below(size / 24);
+            let f = [(0, 8, "offset"), (8, 4, "type"), (12, 4, "symbol"), (16, 8, "addend")];
+            let (o, n, fname) = f[r.below(f.len())];
+            field(r, &mut v, off + k * 24 + o, n, format!("{name}[{k}] {fname}"))
+        }
+        // The ELF header.
+        6 => {
+            let f = [(0x10, 2, "e_type"), (0x12, 2, "e_machine"), (0x28, 8, "e_shoff"), (0x3a, 2, "e_shentsize"), (0x3c, 2, "e_shnum"), (0x3e, 2, "e_shstrndx"), (0x04, 1, "class"), (0x05, 1, "data")];
+            let (o, n, fname) = f[r.below(f.len())];
+            field(r, &mut v, o, n, format!("ELF header {fname}"))
+        }
+        // The metadata section's bytes.
+        7 => {
+            let Some(&(_, _, off, size, _)) = secs.iter().find(|s| s.4 == crate::meta::SECTION) else { return (v, "none".into()) };
+            let i = off + r.below(size);
+            let b = [0u8, 0x1f, 0x1e, b'x', b'0', 0xff, b' '][r.below(7)];
+            v[i] = b;
+            format!(".bunkai_mod byte {} -> {b:#x}", i - off)
+        }
+        // Truncation.
+        8 => {
+            let n = r.below(v.len());
+            v.truncate(n);
+            format!("truncated to {n} bytes")
+        }
+        // A bit anywhere.
+        _ => {
+            let i = r.below(v.len());
+            let b = 1 << r.below(8);
+            v[i] ^= b;
+            format!("byte {i:#x} ^= {b:#x}")
+        }
+    };
+    (v, how)
+}
+
 
 #[cfg(test)]
 mod tests {
-    use crate::link::{Module, MAX_MODULE};
-    use std::collections::HashMap;
+    use super::*;
+    use crate::link::Module;
     use std::path::{Path, PathBuf};
     use std::process::Command;
     use std::time::{Duration, Instant};
-
-    /// xorshift64*: fixed seeds, reproducible runs.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545F4914F6CDD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n.max(1) as u64) as usize
-        }
-    }
 
     /// Runs a command with a deadline; panics naming it if it fails or hangs.
     fn run(cmd: &mut Command) {
@@ -89,175 +269,11 @@ mod tests {
         build(dir, name, &src, false)
     }
 
-    const RX: u64 = 0x7f12_0000_0000;
-
-    /// Where a linked module landed, to check the result against.
-    struct Linked {
-        rx: Vec<u8>,
-        rw: Vec<u8>,
-        entries: Vec<u64>,
-        rx_size: u64,
-        rw_size: u64,
-    }
-
-    /// Parse, pre-link and link at fixed addresses, the undefined names
-    /// resolved to fixed addresses near the module; Err is the refusal.
-    fn dry_link(bytes: &[u8]) -> Result<Linked, String> {
-        let m = Module::parse(bytes).map_err(|e| format!("{e:#}"))?;
-        let lay = m.prelink().map_err(|e| format!("{e:#}"))?;
-        let rw = RX + lay.rx_size.div_ceil(4096) * 4096;
-        let resolve: HashMap<String, u64> = m
-            .undefined()
-            .into_iter()
-            .enumerate()
-            .map(|(i, (n, _))| (n, 0x7f11_0000_0000 + 16 * i as u64))
-            .collect();
-        let img = m.link(&lay, RX, rw, &resolve).map_err(|e| format!("{e:#}"))?;
-        let meta = m.meta_bytes().and_then(|b| crate::meta::parse(b).ok()).unwrap_or_default();
-        let mut names: Vec<&String> = meta.init.iter().chain(meta.exit.iter()).collect();
-        for i in &meta.implements {
-            names.extend(i.symbols.iter());
-        }
-        let entries = names.iter().map(|n| img.symbols.get(*n).map_or(0, |s| s.0)).collect();
-        Ok(Linked { rx: img.rx, rw: img.rw, entries, rx_size: lay.rx_size, rw_size: lay.rw_size })
-    }
-
-    /// What an accepted mutant must satisfy.
-    fn check_accepted(l: &Linked, what: &str) {
-        assert!(l.rx_size + l.rw_size <= MAX_MODULE, "{what}: layout of {} bytes accepted", l.rx_size + l.rw_size);
-        assert_eq!(l.rx.len() as u64, l.rx_size, "{what}");
-        assert!(l.rw.len() as u64 <= l.rw_size, "{what}");
-        for &e in &l.entries {
-            assert!(e >= RX && e < RX + l.rx_size, "{what}: an entry point at {e:#x} outside the module's code");
-        }
-    }
-
     /// A refusal is one line that says something.
     fn check_refused(e: &str, what: &str) {
         assert!(!e.is_empty() && !e.contains('\n'), "{what}: refusal is not one line: {e:?}");
         assert!(!e.contains("internal error"), "{what}: {e}");
         assert!(e.len() < 400, "{what}: refusal too long: {e}");
-    }
-
-    // ELF64 little-endian field access.
-    fn rd(v: &[u8], at: usize, n: usize) -> u64 {
-        let mut x = 0u64;
-        for i in 0..n {
-            x |= (v[at + i] as u64) << (8 * i);
-        }
-        x
-    }
-    fn wr(v: &mut [u8], at: usize, n: usize, x: u64) {
-        for i in 0..n {
-            v[at + i] = (x >> (8 * i)) as u8;
-        }
-    }
-
-    /// Section headers: (offset of the header, sh_type, sh_offset, sh_size, name).
-    fn sections(v: &[u8]) -> Vec<(usize, u32, usize, usize, String)> {
-        let shoff = rd(v, 0x28, 8) as usize;
-        let shnum = rd(v, 0x3c, 2) as usize;
-        let strndx = rd(v, 0x3e, 2) as usize;
-        let str_off = rd(v, shoff + strndx * 64 + 24, 8) as usize;
-        (0..shnum)
-            .map(|i| {
-                let h = shoff + i * 64;
-                let n = str_off + rd(v, h, 4) as usize;
-                let end = v[n..].iter().position(|&b| b == 0).unwrap();
-                let name = String::from_utf8_lossy(&v[n..n + end]).into_owned();
-                (h, rd(v, h + 4, 4) as u32, rd(v, h + 24, 8) as usize, rd(v, h + 32, 8) as usize, name)
-            })
-            .collect()
-    }
-
-    /// Values chosen to hurt a field of `n` bytes.
-    fn nasty(r: &mut Rng, n: usize, old: u64, nsec: u64) -> u64 {
-        let ones = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
-        let v = match r.below(12) {
-            0 => 0,
-            1 => ones,
-            2 => old.wrapping_add(1),
-            3 => old.wrapping_sub(1),
-            4 => old.wrapping_add(1 + r.below(64) as u64),
-            5 => ones - r.below(16) as u64,
-            6 => 1u64 << r.below(8 * n),
-            7 => nsec + r.below(3) as u64,
-            8 => r.below(nsec as usize + 1) as u64,
-            9 => old ^ (1 << r.below(8 * n)),
-            10 => 0x100000,
-            _ => r.next(),
-        };
-        v & ones
-    }
-
-    /// One structural or byte mutation of a valid object.
-    fn mutate(r: &mut Rng, orig: &[u8]) -> (Vec<u8>, String) {
-        let mut v = orig.to_vec();
-        let secs = sections(&v);
-        let nsec = secs.len() as u64;
-        let field = |r: &mut Rng, v: &mut Vec<u8>, at: usize, n: usize, what: String| -> String {
-            let old = rd(v, at, n);
-            let new = nasty(r, n, old, nsec);
-            wr(v, at, n, new);
-            format!("{what}: {old:#x} -> {new:#x}")
-        };
-        let how = match r.below(10) {
-            // A section header field.
-            0 | 1 => {
-                let (h, _, _, _, name) = &secs[r.below(secs.len())];
-                let f = [(4, 4, "type"), (8, 8, "flags"), (24, 8, "offset"), (32, 8, "size"), (40, 4, "link"), (44, 4, "info"), (48, 8, "align"), (56, 8, "entsize")];
-                let (o, n, fname) = f[r.below(f.len())];
-                field(r, &mut v, h + o, n, format!("section {name} {fname}"))
-            }
-            // A symbol field.
-            2 | 3 => {
-                let Some(&(_, _, off, size, _)) = secs.iter().find(|s| s.1 == 2) else { return (v, "none".into()) };
-                let k = r.below(size / 24);
-                let f = [(4, 1, "info"), (6, 2, "shndx"), (8, 8, "value"), (16, 8, "size"), (0, 4, "name")];
-                let (o, n, fname) = f[r.below(f.len())];
-                field(r, &mut v, off + k * 24 + o, n, format!("symbol #{k} {fname}"))
-            }
-            // A relocation field.
-            4 | 5 => {
-                let relas: Vec<_> = secs.iter().filter(|s| s.1 == 4 && s.3 >= 24).collect();
-                if relas.is_empty() {
-                    return (v, "none".into());
-                }
-                let &(_, _, off, size, ref name) = relas[r.below(relas.len())];
-                let k = r.below(size / 24);
-                let f = [(0, 8, "offset"), (8, 4, "type"), (12, 4, "symbol"), (16, 8, "addend")];
-                let (o, n, fname) = f[r.below(f.len())];
-                field(r, &mut v, off + k * 24 + o, n, format!("{name}[{k}] {fname}"))
-            }
-            // The ELF header.
-            6 => {
-                let f = [(0x10, 2, "e_type"), (0x12, 2, "e_machine"), (0x28, 8, "e_shoff"), (0x3a, 2, "e_shentsize"), (0x3c, 2, "e_shnum"), (0x3e, 2, "e_shstrndx"), (0x04, 1, "class"), (0x05, 1, "data")];
-                let (o, n, fname) = f[r.below(f.len())];
-                field(r, &mut v, o, n, format!("ELF header {fname}"))
-            }
-            // The metadata section's bytes.
-            7 => {
-                let Some(&(_, _, off, size, _)) = secs.iter().find(|s| s.4 == crate::meta::SECTION) else { return (v, "none".into()) };
-                let i = off + r.below(size);
-                let b = [0u8, 0x1f, 0x1e, b'x', b'0', 0xff, b' '][r.below(7)];
-                v[i] = b;
-                format!(".bunkai_mod byte {} -> {b:#x}", i - off)
-            }
-            // Truncation.
-            8 => {
-                let n = r.below(v.len());
-                v.truncate(n);
-                format!("truncated to {n} bytes")
-            }
-            // A bit anywhere.
-            _ => {
-                let i = r.below(v.len());
-                let b = 1 << r.below(8);
-                v[i] ^= b;
-                format!("byte {i:#x} ^= {b:#x}")
-            }
-        };
-        (v, how)
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //! - proto.rs: the wire protocol to libbunkai-host (mod/include/bunkai_mod.h).
 //! - server.rs: load (DKM's seven stages, each timed), unload, swap, list.
 //! - model.rs: the load-time model of §4 (a linear fit per stage).
-//! - fuzz.rs: mutated module objects through the linker (tests).
+//! - fuzz.rs: a mutator of module objects and a dry link at fixed
+//!   addresses, for the fuzz tests here and the host campaign in tests/e2e.
 
-mod fuzz;
+pub mod fuzz;
 pub mod link;
 pub mod memfd;
 pub mod meta;

@@ -361,8 +361,21 @@ impl<'d> Module<'d> {
                         s.size()
                     );
                 }
-                if t != R_NONE && !matches!(r.target(), RelocationTarget::Symbol(_)) {
+                let RelocationTarget::Symbol(si) = r.target() else {
+                    if t == R_NONE {
+                        continue;
+                    }
                     bail!("{sname}+{off:#x}: relocation without a symbol (the object is damaged; rebuild the module)");
+                };
+                // A compiler never relocates against an absolute symbol in
+                // a module: one is an address the object made up (a call
+                // to it jumps wherever it says).
+                let sym = self.file.symbol_by_index(si)?;
+                if t != R_NONE && sym.section() == SymbolSection::Absolute {
+                    bail!(
+                        "{sname}+{off:#x}: relocation against the absolute symbol {} (the object is damaged; rebuild the module)",
+                        sym.name().unwrap_or("?")
+                    );
                 }
             }
         }

@@ -4,9 +4,12 @@
  * loaded, swapped and unloaded; with no policy it uses a built-in FIFO.
  *
  *   sched-host [--rounds N] [--jobs N] [--pace-us N] [--budget BYTES]
- *              [--socket PATH] [--wait-policy]
+ *              [--socket PATH] [--wait-policy] [--seed N]
  *
  * --wait-policy: start the first round only once a policy is loaded.
+ * --seed N: every round schedules the same jobs (made from N), so all the
+ *   rounds of one policy hash the same (by default round R's jobs come
+ *   from R).
  *
  * Prints "socket PATH" once it is ready, then one line per round:
  *   round R policy NAME decisions D bad B hash H turnaround T misses M
@@ -52,6 +55,7 @@ int main(int argc, char **argv) {
   unsigned long budget = 0;
   const char *sock = NULL;
   int wait_policy = 0;
+  long fixed_seed = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -67,6 +71,8 @@ int main(int argc, char **argv) {
       sock = v, i++;
     else if (!strcmp(a, "--wait-policy"))
       wait_policy = 1;
+    else if (!strcmp(a, "--seed") && v)
+      fixed_seed = atol(v), i++;
     else {
       fprintf(stderr, "sched-host: unknown option %s (see the comment at the top of host.c)\n", a);
       return 2;
@@ -100,7 +106,7 @@ int main(int argc, char **argv) {
   static struct job all[MAXJOBS], ready[MAXJOBS];
   static int where[MAXJOBS];
   for (long r = 1; !stop && (rounds == 0 || r <= rounds); r++) {
-    unsigned long seed = (unsigned long)r;
+    unsigned long seed = (unsigned long)(fixed_seed >= 0 ? fixed_seed : r);
     long t = 0;
     for (int i = 0; i < njobs; i++) {
       t += (long)(lcg(&seed) % 4);
