@@ -57,6 +57,7 @@ test: all fetch-sqlite fetch-memcached
 
 bench: all fetch-sqlite fetch-memcached fetch-apache
 	@bash bench/scatter/run.sh
+	@python3 bench/scatter/exits.py
 	@bash bench/mod/run.sh
 	@bash bench/trace/run.sh
 	@bash bench/share/run.sh
