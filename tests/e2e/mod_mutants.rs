@@ -112,16 +112,6 @@ impl Host {
         self.child.try_wait().unwrap().is_none()
     }
 
-    /// The interfaces a loaded module implements, from the host's record.
-    fn implements(&self, module: &str) -> Vec<String> {
-        let o = bunkai_ok(&["mod", "list", "--socket", self.sock(), "--json"]);
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        let m = v["modules"].as_array().unwrap().iter().find(|m| m["record"]["name"] == module);
-        m.and_then(|m| m["record"]["implements"].as_array())
-            .map(|a| a.iter().filter_map(|i| i["iface"]["name"].as_str().map(String::from)).collect())
-            .unwrap_or_default()
-    }
-
     fn modules(&self) -> Vec<String> {
         let o = bunkai_ok(&["mod", "list", "--socket", self.sock(), "--json"]);
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -137,6 +127,13 @@ impl Drop for Host {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The interfaces a module file says it implements.
+fn implements(bytes: &[u8]) -> Vec<String> {
+    let m = bunkai_mod::link::Module::parse(bytes).ok();
+    let meta = m.and_then(|m| m.meta_bytes()).and_then(|b| bunkai_mod::meta::parse(b).ok()).unwrap_or_default();
+    meta.implements.into_iter().map(|i| i.iface.name).collect()
 }
 
 /// The dry links of a module at the host's two places.
@@ -211,7 +208,7 @@ fn module_mutants_never_harm_a_running_host() {
                     // A mutant whose metadata now names another interface
                     // is loaded and left unused by the host (it asks for
                     // sched_policy only).
-                    if h.implements(&name).iter().any(|i| i == "sched_policy") {
+                    if implements(&bytes).iter().any(|i| i == "sched_policy") {
                         let (bad, got) = h.round(policies[k]);
                         if bad != "0" || got != *hash {
                             failures.push(format!(
