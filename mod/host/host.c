@@ -924,18 +924,23 @@ static const char *json_object_error(const unsigned char *p, size_t n,
 }
 
 /* A name from the message: 1 to MAX_NAME bytes, no NUL (a NUL would make
- * the C side see a shorter name than the one checked). Sets *why and
+ * the C side see a shorter name than the one checked) and no other control
+ * character (names appear in one-line answers and logs). Sets *why and
  * returns NULL if it is not one; m->bad if the message ends first. */
 static char *getname(struct msg *m, const char *what, char *why, size_t wl) {
   uint32_t n;
   const unsigned char *p = getbytes(m, &n);
   if (!p)
     return NULL;
-  if (n == 0 || n > MAX_NAME || memchr(p, 0, n)) {
+  int ctl = 0;
+  for (uint32_t k = 0; k < n && k <= MAX_NAME; k++)
+    ctl |= p[k] < 0x20 || p[k] == 0x7f;
+  if (n == 0 || n > MAX_NAME || memchr(p, 0, n) || ctl) {
     snprintf(why, wl, "%s %s", what,
-             n == 0 ? "is empty"
-             : n > MAX_NAME ? "is longer than 255 bytes"
-                            : "contains a NUL byte");
+             n == 0              ? "is empty"
+             : n > MAX_NAME      ? "is longer than 255 bytes"
+             : memchr(p, 0, n)   ? "contains a NUL byte"
+                                 : "contains a control character");
     return NULL;
   }
   char *s = malloc(n + 1);
