@@ -591,3 +591,419 @@ fn libc_dup(fd: i32) -> i32 {
     d
 }
 
+
+/// A listener that is not a bunkai host: it reports how many bytes each
+/// connection brought ("got N"), in the order they came.
+const FAKE_C: &str = r#"#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+  unlink(argv[1]);
+  if (argc < 2 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16)) {
+    perror("fake host");
+    return 1;
+  }
+  chmod(argv[1], 0777);
+  printf("ready\n");
+  fflush(stdout);
+  for (;;) {
+    int c = accept(fd, NULL, NULL);
+    if (c < 0)
+      return 1;
+    struct timeval tv = {5, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    long total = 0;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(c, buf, sizeof buf)) > 0)
+      total += n;
+    printf("got %ld\n", total);
+    fflush(stdout);
+    close(c);
+  }
+}
+"#;
+
+extern "C" {
+    fn chown(path: *const std::ffi::c_char, uid: u32, gid: u32) -> i32;
+}
+
+fn chown_to(p: &Path, uid: u32) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { chown(c.as_ptr(), uid, uid) }, 0, "chown {}", p.display());
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Another local user pre-creates the socket directory, or puts a fake
+/// host's socket where ours would be: the CLI refuses in one line before
+/// it sends anything (the fake receives nothing), and a host refuses to
+/// start in such a directory.
+#[test]
+fn a_socket_directory_or_a_host_of_another_user_is_refused() {
+    if !need_root("a_socket_directory_or_a_host_of_another_user_is_refused", "acting as another user (nobody)") {
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    // The fake host runs as nobody, from a directory nobody owns.
+    let theirs = tempfile::Builder::new().prefix("bunkai-fake-").tempdir_in("/tmp").unwrap();
+    chmod(theirs.path(), 0o755);
+    let fake_c = theirs.path().join("fake.c");
+    std::fs::write(&fake_c, FAKE_C).unwrap();
+    let fake_exe = theirs.path().join("fake");
+    clang(&["-O1", fake_c.to_str().unwrap(), "-o", fake_exe.to_str().unwrap()], "the fake host");
+    chown_to(theirs.path(), NOBODY);
+    let fake_sock = theirs.path().join("fake.sock");
+    let fake = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&fake_exe)
+        .arg(&fake_sock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("setpriv (util-linux)");
+    kill_after(&fake, DEADLINE, "the fake host");
+    let mut fake = KillOnDrop(fake);
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let out = fake.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let next = || lines.recv_timeout(Duration::from_secs(30)).expect("the fake host said nothing within 30 s");
+    assert_eq!(next(), "ready");
+    let pid = fake.0.id();
+
+    // Our runtime directory (as systemd makes it: ours, 0700).
+    let ours = tempfile::tempdir().unwrap();
+    let xdg = ours.path();
+    chmod(xdg, 0o700);
+    let dir = xdg.join("bunkai-mod");
+    let in_dir = dir.join(format!("{pid}.sock"));
+    let host_exe = build_host(xdg);
+    let m = compile_module(ANSWER42, "answer42", xdg);
+    let cli = |args: &[&str]| {
+        Command::new(bunkai())
+            .env("XDG_RUNTIME_DIR", xdg)
+            .env_remove("BUNKAI_HOST_SOCKET")
+            .args(args)
+            .output_within(Duration::from_secs(60))
+    };
+    let refused = |args: &[&str], want: &[&str]| {
+        let o = cli(args);
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(1), "bunkai {args:?} was not refused: {e}");
+        assert!(e.starts_with("bunkai mod: ") && e.lines().count() == 1, "{e}");
+        for w in want {
+            assert!(e.contains(w), "bunkai {args:?}: {e} does not say {w:?}");
+        }
+    };
+    let host_refuses = |want: &str| {
+        let o = Command::new(&host_exe)
+            .env("XDG_RUNTIME_DIR", xdg)
+            .env_remove("BUNKAI_HOST_SOCKET")
+            .output_within(Duration::from_secs(60));
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "a host started in a directory that is not ours alone: {e}");
+        assert!(e.starts_with("bunkai mod: ") && e.lines().count() == 1 && e.contains(want), "{e}");
+    };
+    let pid_s = pid.to_string();
+    let every = |want: &[&str]| {
+        refused(&["mod", "list"], want);
+        refused(&["mod", "list", "--pid", &pid_s], want);
+        refused(&["mod", "load", "--pid", &pid_s, m.to_str().unwrap()], want);
+    };
+
+    // 1. The directory belongs to nobody, with the fake socket in it.
+    std::fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o700);
+    std::fs::rename(&fake_sock, &in_dir).unwrap();
+    chown_to(&dir, NOBODY);
+    every(&["belongs to uid 65534"]);
+    host_refuses("belongs to uid 65534");
+    // 2. Ours, but open to everyone.
+    chown_to(&dir, 0);
+    chmod(&dir, 0o777);
+    every(&["mode 0777", "chmod 700"]);
+    host_refuses("mode 0777");
+    // 3. A symbolic link to a directory of ours.
+    chmod(&dir, 0o700);
+    let real = xdg.join("real");
+    std::fs::rename(&dir, &real).unwrap();
+    std::os::unix::fs::symlink(&real, &dir).unwrap();
+    every(&["symbolic link"]);
+    host_refuses("symbolic link");
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(&real, &dir).unwrap();
+    // 4. The directory is right, but the process listening is nobody's.
+    every(&["runs as uid 65534", "nothing was sent"]);
+    refused(&["mod", "list", "--socket", in_dir.to_str().unwrap()], &["runs as uid 65534"]);
+
+    // The fake host received nothing: every connection it had brought 0
+    // bytes (ours, last, brings 8: all before it are done by then).
+    let mut probe = UnixStream::connect(&in_dir).unwrap();
+    probe.write_all(b"sentinel").unwrap();
+    drop(probe);
+    let mut got = Vec::new();
+    loop {
+        let l = next();
+        if l == "got 8" {
+            break;
+        }
+        got.push(l);
+    }
+    drop(fake);
+    assert!(!got.is_empty(), "the CLI never reached the fake host in case 4 (the test did not test SO_PEERCRED)");
+    assert!(got.iter().all(|l| l == "got 0"), "the fake host received bytes: {got:?}");
+
+    // And our own host, started in the same environment, uses
+    // $XDG_RUNTIME_DIR/bunkai-mod and is reached there.
+    std::fs::remove_file(&in_dir).unwrap();
+    let host = Command::new(&host_exe)
+        .env("XDG_RUNTIME_DIR", xdg)
+        .env_remove("BUNKAI_HOST_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    kill_after(&host, DEADLINE, "answer-host");
+    let mut host = KillOnDrop(host);
+    let mut first = String::new();
+    std::io::BufReader::new(host.0.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let want = dir.join(format!("{}.sock", host.0.id()));
+    assert_eq!(first.trim(), format!("socket {}", want.display()));
+    let o = cli(&["mod", "load", "--pid", &host.0.id().to_string(), m.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cli(&["mod", "list"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("answer42"), "{}", String::from_utf8_lossy(&o.stderr));
+    drop(host);
+}
+
+/// A child killed when the test ends, passed or failed (kill_after's
+/// thread dies with the test process).
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// xorshift64*, as share/src/fuzz.rs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// One mutation of a byte stream: a bit flipped, a byte or a 32-bit word
+/// set to an interesting value, bytes cut off, inserted or removed.
+fn mutate(rng: &mut Rng, b: &mut Vec<u8>) {
+    let n = b.len() as u64;
+    match rng.below(7) {
+        0 if n > 0 => {
+            let i = rng.below(n) as usize;
+            b[i] ^= 1 << rng.below(8);
+        }
+        1 if n > 0 => {
+            let i = rng.below(n) as usize;
+            b[i] = [0, 1, 0x7f, 0x80, 0xff, b'\n', rng.next() as u8][rng.below(7) as usize];
+        }
+        2 if n >= 4 => {
+            let i = rng.below(n - 3) as usize;
+            let v: u32 = [0, 1, 3, 4, 0x7fff_ffff, 0xffff_ffff, 0x1000_0000, 0x100, rng.next() as u32][rng.below(9) as usize];
+            b[i..i + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        3 => b.truncate(rng.below(n + 1) as usize),
+        4 => {
+            let i = rng.below(n + 1) as usize;
+            let k = 1 + rng.below(16) as usize;
+            let ins: Vec<u8> = (0..k).map(|_| rng.next() as u8).collect();
+            b.splice(i..i, ins);
+        }
+        5 if n > 0 => {
+            let i = rng.below(n) as usize;
+            let k = (1 + rng.below(16) as usize).min(b.len() - i);
+            b.drain(i..i + k);
+        }
+        _ if n >= 8 => {
+            // a 64-bit field: an address nearby, zero, or all ones
+            let i = rng.below(n - 7) as usize;
+            let old = u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+            let v = [0, u64::MAX, old.wrapping_add(4096), old.wrapping_sub(1), 0x100000][rng.below(5) as usize];
+            b[i..i + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        _ => b.push(rng.next() as u8),
+    }
+}
+
+/// The messages the host will read from `b`, as it frames them: (type,
+/// payload), up to the first frame it refuses or that is cut short.
+fn frames(b: &[u8]) -> Vec<(u32, &[u8])> {
+    let mut v = Vec::new();
+    let mut off = 0;
+    while off + 8 <= b.len() {
+        let len = u32::from_le_bytes(b[off..off + 4].try_into().unwrap()) as usize;
+        if !(4..=256 << 20).contains(&len) || off + 4 + len > b.len() {
+            break;
+        }
+        let t = u32::from_le_bytes(b[off + 4..off + 8].try_into().unwrap());
+        v.push((t, &b[off + 8..off + 4 + len]));
+        off += 4 + len;
+    }
+    v
+}
+
+/// Whether a frame is a well-formed request to unload, evict or replace
+/// answer42: the host would rightly obey it, so the fuzzer does not send it.
+fn touches(t: u32, p: &[u8], id: u32) -> bool {
+    let u32_at = |i: usize| p.get(i..i + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap()));
+    match t {
+        7 | 8 => u32_at(0) == Some(id),
+        6 => u32_at(0) == Some(id),
+        10 => p.get(4..).map_or(false, |s| s.split(|&c| c == 0).next() == Some(&b"answer42"[..])),
+        _ => false,
+    }
+}
+
+/// Thousands of mutated, truncated and garbage protocol messages against a
+/// running host: each is answered by one-line refusals (or OKs where the
+/// mutant is still a valid request) until the connection ends, the host
+/// never dies or hangs, and afterwards it still serves the CLI and
+/// answer42 still returns 42. BUNKAI_MOD_FUZZ_CASES sets the number of
+/// cases (default 20,000), BUNKAI_MOD_FUZZ_SEED the seed.
+#[test]
+fn mutated_protocol_messages_are_refused_and_the_host_keeps_serving() {
+    let cases: u64 = std::env::var("BUNKAI_MOD_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let seed: u64 = std::env::var("BUNKAI_MOD_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_b0a7_d00d);
+    let mut rng = Rng(seed | 1);
+    let mut h = Host::start();
+    let id = h.list()["modules"][0]["id"].as_u64().unwrap() as u32;
+    let (mut refusals, mut oks, mut accepted_commits, mut skipped) = (0u64, 0u64, 0u64, 0u64);
+    let t0 = Instant::now();
+    for case in 0..cases {
+        let mut r = h.raw();
+        let m = |t: Msg, o: &Out| frame(t as u32, &o.0);
+        let kind = rng.below(8);
+        // A valid beginning, sent as is; then the part that is mutated.
+        let tail: Vec<u8> = match kind {
+            0 => m(Msg::Hello, &Out::default()),
+            1 => m(Msg::Resolve, Out::default().u32(3).str("abort").str("bunkai_acquire").str("no_such_symbol")),
+            2 => [
+                m(Msg::Alloc, Out::default().u64(100).u64(50)),
+                m(Msg::Unload, Out::default().u32(9999)),
+                m(Msg::UnloadName, Out::default().str("nosuch")),
+                m(Msg::Evict, Out::default().u32(9999)),
+                m(Msg::Hello, &Out::default()),
+            ]
+            .concat(),
+            3 | 4 => {
+                // staged code: a page of `ret`, then a COMMIT of it
+                let b = r.call(Msg::Alloc, Out::default().u64(1).u64(64)).ok("ALLOC");
+                let mut rd = In::new(&b);
+                let (rx, rw) = (rd.u64().unwrap(), rd.u64().unwrap());
+                r.call(Msg::Write, Out::default().u64(rx).bytes(&vec![0xc3; (rw - rx) as usize])).ok("WRITE");
+                let mut c = Commit::new("fz", "fz_iface", rx, rw);
+                c.deps = if kind == 4 { vec![b"answer42".to_vec()] } else { vec![] };
+                c.init = if rng.below(2) == 0 { rx } else { 0 };
+                c.exit = rx + 1;
+                [if kind == 3 { m(Msg::Protect, Out::default().u64(rx)) } else { vec![] }, m(Msg::Commit, &c.body())]
+                    .concat()
+                    .into_iter()
+                    .chain(if kind == 4 { m(Msg::Protect, Out::default().u64(rx)) } else { vec![] })
+                    .collect()
+            }
+            5 => {
+                let b = r.call(Msg::Alloc, Out::default().u64(4096).u64(0)).ok("ALLOC");
+                let rx = In::new(&b).u64().unwrap();
+                [
+                    m(Msg::Map, Out::default().u64(rx).u64(4096)),
+                    m(Msg::Write, Out::default().u64(rx + 8).bytes(&[0xc3; 8])),
+                    m(Msg::Evict, Out::default().u32(id.wrapping_add(1000))),
+                ]
+                .concat()
+            }
+            6 => {
+                // a header of any type, then garbage
+                let k = rng.below(64) as usize;
+                let mut v = ((4 + k) as u32).to_le_bytes().to_vec();
+                v.extend_from_slice(&(rng.below(12) as u32).to_le_bytes());
+                v.extend((0..k).map(|_| rng.next() as u8));
+                v
+            }
+            _ => (0..rng.below(48)).map(|_| rng.next() as u8).collect(),
+        };
+        let mut bytes = tail;
+        for _ in 0..rng.below(4) {
+            mutate(&mut rng, &mut bytes);
+        }
+        let fr = frames(&bytes);
+        if fr.iter().any(|(t, p)| touches(*t, p, id)) {
+            skipped += 1;
+            continue;
+        }
+        // The host may stop reading at the first bad frame: a failed write
+        // is not a failure, the answers are.
+        let _ = r.s.write_all(&bytes);
+        let _ = r.s.shutdown(std::net::Shutdown::Write);
+        let mut k = 0;
+        loop {
+            let what = format!("case {case} (kind {kind}, seed {seed:#x}), answer {k}");
+            match r.reply() {
+                Reply::Closed => break,
+                Reply::Err(e) => {
+                    assert!(!e.is_empty() && !e.contains('\n') && e.len() < 600, "{what}: not one line: {e:?}");
+                    refusals += 1;
+                }
+                Reply::Ok(b) => {
+                    oks += 1;
+                    if fr.get(k).map(|f| f.0) == Some(Msg::Commit as u32) {
+                        // a mutant that is still a valid module: it goes again
+                        accepted_commits += 1;
+                        let mid = In::new(&b).u32().unwrap();
+                        drop(std::mem::replace(&mut r, h.raw()));
+                        h.raw().call(Msg::Unload, Out::default().u32(mid)).ok(&format!("{what}: unloading the module it loaded"));
+                        break;
+                    }
+                }
+            }
+            k += 1;
+            assert!(k <= fr.len() + 1, "case {case}: more answers than messages");
+        }
+        h.alive();
+        if case % 500 == 499 {
+            assert_eq!(h.call(), "42", "after case {case} (seed {seed:#x})");
+        }
+    }
+    eprintln!(
+        "{cases} cases in {:.1} s: {refusals} refusals, {oks} OKs ({accepted_commits} mutated modules accepted and unloaded), {skipped} skipped (they would unload answer42)",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(refusals > cases / 2, "too few refusals ({refusals}): the mutants did not reach the checks");
+    assert!(skipped < cases / 50, "{skipped} of {cases} skipped");
+    h.unharmed("the fuzzer");
+    let o = bunkai_ok(&["mod", "list", "--socket", h.sock()]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("answer42"));
+}
