@@ -69,10 +69,13 @@
  *   uint32_t group_of[nfuncs]    group id of each function id, < ngroups
  *   uint32_t slot_of[nfuncs]     the function's index in its group's table
  *   struct bunkai_group groups[ngroups]
+ *   uint64_t check               FNV-1a (64-bit) of every byte before it
  * A group library exports one symbol, BUNKAI_GROUP_TABLE: int32 offsets,
  * from the table itself, of its functions' bodies in slot order.
- * The manager checks every field before using it. */
-#define BUNKAI_GROUP_MAGIC "BKGROUP3"
+ * The manager checks every field before using it; the check word catches a
+ * damaged map whose fields are each plausible (a slot moved to another
+ * valid slot would call the wrong function). */
+#define BUNKAI_GROUP_MAGIC "BKGROUP4"
 #define BUNKAI_GROUP_TABLE "__bunkai_gtab"
 struct bunkai_group {
   uint64_t raw_bytes;        /* size of g<hex>.so */

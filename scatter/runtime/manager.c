@@ -267,8 +267,17 @@ static int load_group_map(void) {
     fail(NO_FUNCTION, path, "the group map belongs to another build (rerun bunkai "
                   "profile and bunkai group)");
   if (ng == 0 || ng > nf ||
-      size != 16 + 8 * (uint64_t)nf + sizeof(struct bunkai_group) * (uint64_t)ng)
+      size != 16 + 8 * (uint64_t)nf + sizeof(struct bunkai_group) * (uint64_t)ng + 8)
     fail(NO_FUNCTION, path, "the group map is damaged (rerun bunkai group)");
+  /* The check word (FNV-1a over the rest): fields that are each plausible
+   * can still be wrong, and a wrong slot calls the wrong function. */
+  uint64_t want, check = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < size - 8; i++)
+    check = (check ^ b[i]) * 0x100000001b3ull;
+  __builtin_memcpy(&want, b + size - 8, 8);
+  if (check != want)
+    fail(NO_FUNCTION, path, "the group map is damaged: its check word does not match "
+                  "(rerun bunkai group)");
   group_of = (const uint32_t *)(b + 16);
   for (uint32_t i = 0; i < nf; i++)
     if (group_of[i] >= ng)

@@ -30,7 +30,14 @@ use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 
 pub const ZSTD_LEVEL: i32 = 19;
-pub const MAP_MAGIC: &[u8; 8] = b"BKGROUP3";
+pub const MAP_MAGIC: &[u8; 8] = b"BKGROUP4";
+
+/// FNV-1a, 64-bit: the group map's last word, over every byte before it
+/// (the manager recomputes it; it detects damage, it is not a signature:
+/// a map fetched over HTTP is checked against remote.json's SHA-256).
+pub fn map_check(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf29ce484222325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100000001b3))
+}
 
 pub struct Options {
     pub out: PathBuf,
@@ -87,7 +94,7 @@ pub fn encode_map(nfuncs: usize, groups: &[GroupEntry]) -> Result<Vec<u8>> {
     if let Some(missing) = group_of.iter().position(|g| *g == u32::MAX) {
         bail!("internal error: function {missing:x} is in no group");
     }
-    let mut b = Vec::with_capacity(16 + 8 * nfuncs + 48 * groups.len());
+    let mut b = Vec::with_capacity(16 + 8 * nfuncs + 48 * groups.len() + 8);
     b.extend_from_slice(MAP_MAGIC);
     b.extend_from_slice(&(nfuncs as u32).to_le_bytes());
     b.extend_from_slice(&(groups.len() as u32).to_le_bytes());
@@ -105,6 +112,8 @@ pub fn encode_map(nfuncs: usize, groups: &[GroupEntry]) -> Result<Vec<u8>> {
             .collect::<Result<_, _>>()?;
         b.extend_from_slice(&sha);
     }
+    let check = map_check(&b);
+    b.extend_from_slice(&check.to_le_bytes());
     Ok(b)
 }
 
@@ -365,7 +374,13 @@ mod tests {
         };
         let b = encode_map(3, &[g(0, vec![2, 0]), g(1, vec![1])]).unwrap();
         assert_eq!(&b[..8], MAP_MAGIC);
-        assert_eq!(b.len(), 16 + 3 * 8 + 2 * 48);
+        assert_eq!(b.len(), 16 + 3 * 8 + 2 * 48 + 8);
+        let n = b.len();
+        assert_eq!(u64::from_le_bytes(b[n - 8..].try_into().unwrap()), map_check(&b[..n - 8]));
+        // The manager's FNV-1a: the published test vectors.
+        assert_eq!(map_check(b""), 0xcbf29ce484222325);
+        assert_eq!(map_check(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(map_check(b"foobar"), 0x85944171f73967e8);
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         assert_eq!((u32_at(16), u32_at(20), u32_at(24)), (0, 1, 0), "group_of");
         assert_eq!((u32_at(28), u32_at(32), u32_at(36)), (1, 0, 0), "slot_of");

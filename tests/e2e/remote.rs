@@ -213,13 +213,74 @@ fn profiles_are_checked() {
     assert_eq!(want, got);
     assert!(a.join("lib/features/g1.so").exists());
 
-    // A damaged group map is one clear error, not a crash.
+    // A damaged group map is one clear error, not a crash and never the
+    // wrong function: 300 mutants (bytes flipped, fields set to other valid
+    // values, a function moved to another group or slot, cut, extended),
+    // each run; every run behaves as the original or exits 127 with one
+    // line naming the map and the fix.
     let map = a.join("lib/features/groups.map");
-    let mut m = std::fs::read(&map).unwrap();
-    m.truncate(m.len() - 3);
-    std::fs::write(&map, m).unwrap();
-    let r = run_with_stdin(Command::new(a.join("bin/features")).arg(&f2), None);
-    let err = String::from_utf8_lossy(&r.stderr);
-    assert_eq!(r.status.code(), Some(127), "{err}");
-    assert!(err.contains("groups.map") && err.contains("rerun bunkai group"), "{err}");
+    let good = std::fs::read(&map).unwrap();
+    let nf = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
+    let ng = u32::from_le_bytes(good[12..16].try_into().unwrap()) as usize;
+    assert!(ng >= 2, "the map needs two groups for this test ({ng})");
+    let mut x = 0x9e3779b97f4a7c15u64;
+    let mut next = move |n: usize| {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        (x.wrapping_mul(0x2545F4914F6CDD1D) % n.max(1) as u64) as usize
+    };
+    let (mut refused, mut same) = (0, 0);
+    for i in 0..300 {
+        let mut m = good.clone();
+        let put = |m: &mut Vec<u8>, at: usize, v: u32| m[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        let how = match i % 6 {
+            0 => {
+                let at = next(m.len());
+                m[at] ^= 1 << next(8);
+                format!("bit at {at}")
+            }
+            1 => {
+                let f = next(nf);
+                let g = (u32::from_le_bytes(m[16 + 4 * f..20 + 4 * f].try_into().unwrap()) as usize + 1 + next(ng - 1)) % ng;
+                put(&mut m, 16 + 4 * f, g as u32);
+                format!("function {f:x} moved to group {g}")
+            }
+            2 => {
+                let f = next(nf);
+                let at = 16 + 4 * nf + 4 * f;
+                let s = u32::from_le_bytes(m[at..at + 4].try_into().unwrap()) ^ (1 + next(3) as u32);
+                put(&mut m, at, s);
+                format!("function {f:x} to slot {s}")
+            }
+            3 => {
+                let n = next(m.len());
+                m.truncate(n);
+                format!("cut to {n}")
+            }
+            4 => {
+                let at = [8, 12][next(2)];
+                let v = [0, 1, nf as u32 + 1, ng as u32 - 1, u32::MAX][next(5)];
+                put(&mut m, at, v);
+                format!("header word at {at} = {v}")
+            }
+            _ => {
+                m.extend_from_slice(&[0; 8]);
+                "8 bytes added".to_string()
+            }
+        };
+        std::fs::write(&map, &m).unwrap();
+        let r = run_with_stdin(Command::new(a.join("bin/features")).arg(&f2), None);
+        let err = String::from_utf8_lossy(&r.stderr);
+        if behaviour(r.clone()) == want {
+            same += 1;
+            continue;
+        }
+        let last = err.lines().last().unwrap_or("");
+        assert_eq!(r.status.code(), Some(127), "map mutant {i} ({how}): {err}");
+        assert!(last.contains("groups.map") && last.contains("bunkai group)"), "map mutant {i} ({how}): {err}");
+        refused += 1;
+    }
+    assert!(refused >= 250, "{refused} refused, {same} ran as the original");
+    std::fs::write(&map, &good).unwrap();
 }
