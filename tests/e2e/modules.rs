@@ -621,6 +621,8 @@ fn a_starting_host_removes_the_sockets_of_killed_hosts() {
             .env("BUNKAI_HOST", "1")
             .env("LD_PRELOAD", &lib)
             .env_remove("BUNKAI_HOST_SOCKET")
+            // (with a private XDG_RUNTIME_DIR the default is there instead)
+            .env_remove("XDG_RUNTIME_DIR")
             .spawn()
             .unwrap()
     };
