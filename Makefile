@@ -59,6 +59,7 @@ bench: all fetch-sqlite fetch-memcached fetch-apache
 	@bash bench/scatter/run.sh
 	@python3 bench/scatter/exits.py
 	@bash bench/mod/run.sh
+	@bash bench/mod/acquire.sh
 	@bash bench/mod/mutants.sh
 	@bash bench/trace/run.sh
 	@bash bench/share/run.sh

@@ -17,7 +17,8 @@
  *     transaction. What it allocated or staged is undone unless it commits,
  *     so a server that dies half-way leaves the host exactly as it was.
  *   - The program's threads never block on the command thread: calls go
- *     through bunkai_acquire/bunkai_release, two atomic adds, and read a
+ *     through bunkai_acquire/bunkai_release, two atomic adds (BUNKAI_ACQUIRE
+ *     keeps the handle per call site), and read a
  *     function table that is replaced with one atomic store. Unloading waits
  *     for the calls in flight in the old generation to finish (a grace
  *     period, as in RCU) before it frees anything.

@@ -157,8 +157,23 @@ void *bunkai_lookup(const char *iface, const char *name);
 const char *bunkai_provider(const char *iface, char *buf, unsigned long len);
 
 #define BUNKAI_EXPECT(iface) bunkai_host_expect(#iface, iface##_iface_text)
+/* The handle of `iface`, looked up once per call site: bunkai_iface takes
+ * the registry's lock and compares names, so a call site keeps what it
+ * returned (handles are never freed; a NULL from a failed allocation is
+ * not kept). After the first call, BUNKAI_ACQUIRE is one load and
+ * bunkai_acquire's two atomic adds (bench/mod/acquire.sh measures it). */
+#define BUNKAI__HANDLE(iface)                                                  \
+  __extension__({                                                              \
+    static bunkai_iface_t *bunkai__h_;                                         \
+    bunkai_iface_t *bunkai__x_ = __atomic_load_n(&bunkai__h_, __ATOMIC_ACQUIRE); \
+    if (!bunkai__x_) {                                                         \
+      bunkai__x_ = bunkai_iface(#iface);                                       \
+      __atomic_store_n(&bunkai__h_, bunkai__x_, __ATOMIC_RELEASE);             \
+    }                                                                          \
+    bunkai__x_;                                                                \
+  })
 #define BUNKAI_ACQUIRE(iface, guard)                                           \
-  ((const struct iface##_ops *)bunkai_acquire(bunkai_iface(#iface), (guard)))
+  ((const struct iface##_ops *)bunkai_acquire(BUNKAI__HANDLE(iface), (guard)))
 
 #ifdef __cplusplus
 }
