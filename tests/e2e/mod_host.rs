@@ -109,17 +109,8 @@ impl Host {
             .spawn()
             .expect("start the test host");
         kill_after(&child, DEADLINE, "answer-host");
-        let out = child.stdout.take().unwrap();
         let stdin = child.stdin.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(out).lines() {
-                let Ok(l) = l else { break };
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = stdout_lines(&mut child);
         let mut h = Host { child, socket, lines: rx, stdin, dir };
         let l = h.line();
         assert!(l.starts_with("socket "), "{l}");
@@ -675,13 +666,7 @@ fn a_socket_directory_or_a_host_of_another_user_is_refused() {
         .expect("setpriv (util-linux)");
     kill_after(&fake, DEADLINE, "the fake host");
     let mut fake = KillOnDrop(fake);
-    let (tx, lines) = std::sync::mpsc::channel::<String>();
-    let out = fake.0.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
+    let lines = stdout_lines(&mut fake.0);
     let next = || lines.recv_timeout(Duration::from_secs(30)).expect("the fake host said nothing within 30 s");
     assert_eq!(next(), "ready");
     let pid = fake.0.id();

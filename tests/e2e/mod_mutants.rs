@@ -27,7 +27,6 @@
 
 use bunkai_e2e::*;
 use bunkai_mod::fuzz::{dry_link_at, mutate, Linked, Rng, RX_HIGH, RX_LOW};
-use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
@@ -60,16 +59,7 @@ impl Host {
             .spawn()
             .expect("start sched-host (run make)");
         kill_after(&child, Duration::from_secs(3 * 3600), "sched-host");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(out).lines() {
-                let Ok(l) = l else { break };
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = stdout_lines(&mut child);
         let h = Host { child, socket, lines: rx, _dir: dir };
         h.line(|l| l.starts_with("socket ")).expect("sched-host did not start");
         h

@@ -4,7 +4,6 @@
 //! refused with one line and leave the host exactly as it was.
 
 use bunkai_e2e::*;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
@@ -41,16 +40,7 @@ impl Host {
             .spawn()
             .expect("start sched-host");
         kill_after(&child, DEADLINE, "sched-host");
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for l in std::io::BufReader::new(out).lines() {
-                let Ok(l) = l else { break };
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = stdout_lines(&mut child);
         let h = Host { child, socket, lines: rx, _dir: dir };
         h.wait_line(|l| l.starts_with("socket "));
         h

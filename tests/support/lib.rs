@@ -124,6 +124,22 @@ pub fn finish(mut child: std::process::Child, limit: Duration) -> (Output, Durat
     (Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }, took)
 }
 
+/// The lines a spawned child writes to its piped stdout, as they come (a
+/// thread reads them; the channel closes when the child closes stdout).
+pub fn stdout_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("stdout must be piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// The command line, for a failure message.
 pub fn describe(cmd: &Command) -> String {
     let mut v = vec![cmd.get_program().to_string_lossy().into_owned()];
