@@ -210,7 +210,7 @@ fn main() -> ExitCode {
     let name = cli.cmd.name();
     let _ = RUNNING.set(name);
     if matches!(cli.cmd, Cmd::Scatter(_) | Cmd::Group(_)) {
-        bunkai_scatter::util::install_interrupt_cleanup(name);
+        bunkai_common::files::install_interrupt_cleanup(name);
     }
     let result = match cli.cmd {
         Cmd::Scatter(a) => scatter::run(a),

@@ -29,7 +29,7 @@ const PAPER_T1: [(&str, f64, &str); 8] = [
 const PAPER_FITS: [(&str, f64, f64); 3] = [("prelink", 28.573, 339.39), ("link", 27.801, 371.03), ("load", 16.135, 12.068)];
 
 fn libdir() -> Result<PathBuf> {
-    bunkai_scatter::toolchain::helper_libdir()
+    bunkai_common::install::helper_libdir()
 }
 
 pub struct TestHost {

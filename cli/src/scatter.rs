@@ -212,7 +212,7 @@ pub fn profile(a: ProfileArgs) -> Result<ExitCode> {
 
 pub fn group(a: GroupArgs) -> Result<ExitCode> {
     use bunkai_scatter::group as g;
-    let threshold = bunkai_scatter::util::parse_size(&a.threshold)?;
+    let threshold = bunkai_common::fmt::parse_size(&a.threshold)?;
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));

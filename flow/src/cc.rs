@@ -29,13 +29,7 @@ pub struct CcArgs {
 
 /// The pass plugin: `$BUNKAI_LIBDIR/BunkaiFlow.so` or beside the CLI.
 pub fn plugin() -> Result<PathBuf> {
-    let p = bunkai_scatter::toolchain::helper_libdir()?.join(PLUGIN);
-    if !p.exists() {
-        bail!(
-            "{} is missing (run `make` in the bunkai tree, or set BUNKAI_LIBDIR)",
-            p.display()
-        );
-    }
+    let p = bunkai_common::install::helper(PLUGIN)?;
     Ok(p.canonicalize().unwrap_or(p))
 }
 

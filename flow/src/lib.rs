@@ -35,12 +35,6 @@ pub(crate) fn xorshift(seed: &mut u64) {
     *seed ^= *seed << 17;
 }
 
-/// Writes a command's output to standard output; a closed pipe (`| head`)
-/// is not an error.
-pub fn stdout(text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    match std::io::stdout().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
-}
+/// Writes a command's output to standard output (a closed pipe is the
+/// CLI's main's to handle, as for every command).
+pub use bunkai_common::output::stdout;

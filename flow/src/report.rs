@@ -96,10 +96,8 @@ pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
     // Streamed, record by record: a buffer may hold tens of millions.
     let out = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 16, out.lock());
-    match write_dump(a, &bufs, &mut w).and_then(|_| Ok(std::io::Write::flush(&mut w)?)) {
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {}
-        r => r?,
-    }
+    write_dump(a, &bufs, &mut w)?;
+    std::io::Write::flush(&mut w)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -227,13 +225,13 @@ pub fn report(a: &ReportArgs) -> Result<ExitCode> {
     }
     let proc_name = |bi: usize| format!("{}/{}", bufs[bi].host, bufs[bi].pid);
     if let Some(p) = &a.chrome {
-        bunkai_scatter::util::write_atomic(p, (serde_json::to_string(&chrome(&bufs, &flows))? + "\n").as_bytes())?;
+        bunkai_common::files::write_atomic(p, (serde_json::to_string(&chrome(&bufs, &flows))? + "\n").as_bytes())?;
     }
     if let Some(p) = &a.otel {
-        bunkai_scatter::util::write_atomic(p, (serde_json::to_string(&otel(&bufs, &flows))? + "\n").as_bytes())?;
+        bunkai_common::files::write_atomic(p, (serde_json::to_string(&otel(&bufs, &flows))? + "\n").as_bytes())?;
     }
     if let Some(p) = &a.svg {
-        bunkai_scatter::util::write_atomic(p, svg(&bufs, &flows, SVG_FLOWS).as_bytes())?;
+        bunkai_common::files::write_atomic(p, svg(&bufs, &flows, SVG_FLOWS).as_bytes())?;
     }
     if a.json {
         let v: Vec<Value> = flows
@@ -407,7 +405,7 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String 
         o,
         "<text x=\"10\" y=\"20\" font-size=\"13\">bunkai flow report: {} of {} flow{}, each on its own time axis (µs since its first step)</text>",
         shown.len(),
-        bunkai_scatter::util::commas(flows.len() as u64),
+        bunkai_common::fmt::commas(flows.len() as u64),
         if flows.len() == 1 { "" } else { "s" }
     );
     let mut y = 40.0;

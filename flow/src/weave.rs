@@ -589,7 +589,7 @@ pub fn emit(a: &EmitArgs) -> Result<std::process::ExitCode> {
     let (aspect, prog, module) = checked_aspect(&a.aspect, &a.program, a.name.as_deref())?;
     let g = generate(&aspect, &prog, 0, &module)?;
     match &a.out {
-        Some(p) => bunkai_scatter::util::write_atomic(p, g.source.as_bytes())?,
+        Some(p) => bunkai_common::files::write_atomic(p, g.source.as_bytes())?,
         None => crate::stdout(&g.source)?,
     }
     Ok(std::process::ExitCode::SUCCESS)
@@ -677,7 +677,7 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
             "process {} has no module socket {} (start it with LD_PRELOAD=\"libbunkai-host.so libbunkai-flow.so\" from {})",
             a.pid,
             sock.display(),
-            bunkai_scatter::toolchain::helper_libdir()?.display()
+            bunkai_common::install::helper_libdir()?.display()
         );
     }
     let bias = load_bias(a.pid, &exe)?;
@@ -688,7 +688,7 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
     let c = dir.join(format!("{module}.c"));
     let o = dir.join(format!("{module}.o"));
     std::fs::write(&c, &g.source)?;
-    let inc = bunkai_scatter::toolchain::helper_libdir()?.join("include");
+    let inc = bunkai_common::install::helper_libdir()?.join("include");
     // an xout's guard needs offsetof its header member, which a bitfield
     // has not: then those sleds are woven unguarded
     let no_field = std::cell::Cell::new(false);

@@ -6,7 +6,7 @@ use crate::lower::{self, Job};
 use crate::manifest::{FunctionEntry, Globals, Kept, Manifest, Original, FORMAT, MANIFEST};
 use crate::stubs::{self, Stub};
 use crate::toolchain::{run, Toolchain};
-use crate::util::file_size;
+use bunkai_common::files::file_size;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -129,7 +129,7 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
         .tempdir_in(parent)
         .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
     let root = tmp.path().to_path_buf();
-    let _cleanup = crate::util::remove_on_interrupt(&root);
+    let _cleanup = bunkai_common::files::remove_on_interrupt(&root);
     let work = root.join("work");
     let split = work.join("split");
     std::fs::create_dir_all(&split)?;

@@ -24,7 +24,8 @@ use crate::manifest::{GroupEntry, Groups, Manifest};
 use crate::profile::{self, function_size};
 use crate::remote::Index;
 use crate::toolchain::Toolchain;
-use crate::util::{file_size, hex, write_atomic};
+use bunkai_common::files::{file_size, write_atomic};
+use bunkai_common::fmt::hex;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
@@ -209,7 +210,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
         .prefix(".bunkai-group-")
         .tempdir_in(out)
         .with_context(|| format!("cannot write in {}", out.display()))?;
-    let _cleanup = crate::util::remove_on_interrupt(tmp.path());
+    let _cleanup = bunkai_common::files::remove_on_interrupt(tmp.path());
     let template = lower::link_template(&tc, tmp.path(), &library_link_flags(&m.clang_flags))?;
     let mut jobs = Vec::new();
     for (gid, fs) in plan.iter().enumerate() {

@@ -25,7 +25,6 @@ pub mod remote;
 pub mod stats;
 pub mod stubs;
 pub mod toolchain;
-pub mod util;
 
 /// BUNKAI_SCATTER_ABI in scatter/include/bunkai_scatter.h.
 pub const ABI: u32 = 3;

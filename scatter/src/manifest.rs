@@ -140,6 +140,6 @@ impl Manifest {
 
     pub fn write(&self, dir: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self)?;
-        crate::util::write_atomic(&dir.join(MANIFEST), text.as_bytes())
+        bunkai_common::files::write_atomic(&dir.join(MANIFEST), text.as_bytes())
     }
 }

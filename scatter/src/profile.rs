@@ -18,7 +18,7 @@
 //! of the SHA-256 of the launcher: a profile of another build is refused.
 
 use crate::manifest::Manifest;
-use crate::util::write_atomic;
+use bunkai_common::files::write_atomic;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;

@@ -262,7 +262,7 @@ fn get_once(url: &str, limit: u64) -> Result<Vec<u8>> {
 }
 
 fn sha_hex(data: &[u8]) -> String {
-    crate::util::hex(&Sha256::digest(data))
+    bunkai_common::fmt::hex(&Sha256::digest(data))
 }
 
 /// Fetches `rel` from the origin into `cache/rel` unless a copy with the
@@ -301,7 +301,7 @@ fn fetch_checked(
         bail!("{base}{rel} fails its SHA-256 check (corrupted, or the origin changed: run again)");
     }
     std::fs::create_dir_all(dest.parent().unwrap())?;
-    crate::util::write_atomic(&dest, &data)?;
+    bunkai_common::files::write_atomic(&dest, &data)?;
     log.push(format!("{rel}: fetched {wire} bytes in {:.0} ms", t.elapsed().as_secs_f64() * 1e3));
     Ok(dest)
 }
@@ -345,10 +345,7 @@ pub fn prepare(o: &RunOptions) -> Result<(Command, Vec<String>)> {
     };
     std::fs::create_dir_all(&cache)
         .with_context(|| format!("cannot create the cache {} (give --cache DIR)", cache.display()))?;
-    let fetch_lib = crate::toolchain::helper_libdir()?.join(FETCH_LIB);
-    if !fetch_lib.exists() {
-        bail!("{} is missing (run `make` in the bunkai tree, or set BUNKAI_LIBDIR)", fetch_lib.display());
-    }
+    let fetch_lib = bunkai_common::install::helper(FETCH_LIB)?;
     let launcher = fetch_checked(
         &base,
         &cache,

@@ -2,7 +2,7 @@
 //! Sizes are read from the files on disk (the manifest says which files).
 
 use crate::manifest::Manifest;
-use crate::util::file_size;
+use bunkai_common::files::file_size;
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;

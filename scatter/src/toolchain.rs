@@ -20,19 +20,6 @@ pub struct Toolchain {
     pub libdir: PathBuf,
 }
 
-/// bunkai's own helpers and runtimes: `$BUNKAI_LIBDIR`, else
-/// `<dir of the bunkai binary>/../lib/bunkai`.
-pub fn helper_libdir() -> Result<PathBuf> {
-    Ok(match std::env::var_os("BUNKAI_LIBDIR") {
-        Some(d) => PathBuf::from(d),
-        None => {
-            let exe = std::env::current_exe().context("cannot find the bunkai binary")?;
-            let bin = exe.parent().unwrap_or(Path::new("."));
-            bin.join("../lib/bunkai")
-        }
-    })
-}
-
 impl Toolchain {
     pub fn plugin(&self) -> PathBuf {
         self.libdir.join("BunkaiScatter.so")
@@ -47,7 +34,7 @@ impl Toolchain {
     /// Finds the tools: LLVM 14 from PATH (or /usr/lib/llvm-14/bin), bunkai's
     /// helpers from `$BUNKAI_LIBDIR` or `<dir of the bunkai binary>/../lib/bunkai`.
     pub fn discover() -> Result<Toolchain> {
-        let libdir = helper_libdir()?;
+        let libdir = bunkai_common::install::helper_libdir()?;
         let tc = Toolchain {
             clang: find_tool("clang-14")?,
             opt: find_tool("opt-14")?,
@@ -56,12 +43,7 @@ impl Toolchain {
             libdir,
         };
         for p in [tc.plugin(), tc.lower(), tc.runtime()] {
-            if !p.exists() {
-                bail!(
-                    "{} is missing (run `make` in the bunkai tree, or set BUNKAI_LIBDIR)",
-                    p.display()
-                );
-            }
+            bunkai_common::install::require(&p)?;
         }
         Ok(tc)
     }

@@ -178,7 +178,7 @@ impl LineMac {
     }
 
     fn tag(&self, dir: u8, n: u64, line: &str) -> String {
-        crate::key::hex(&hmac(&self.key, &[&[dir], &n.to_le_bytes(), line.as_bytes()]))
+        bunkai_common::fmt::hex(&hmac(&self.key, &[&[dir], &n.to_le_bytes(), line.as_bytes()]))
     }
 
     pub fn seal(&mut self, line: &str) -> String {
@@ -209,11 +209,11 @@ mod tests {
     fn hmac_matches_rfc_4231() {
         let k = [0x0bu8; 20];
         assert_eq!(
-            crate::key::hex(&hmac(&k, &[b"Hi There"])),
+            bunkai_common::fmt::hex(&hmac(&k, &[b"Hi There"])),
             "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
         );
         assert_eq!(
-            crate::key::hex(&hmac(b"Jefe", &[b"what do ya want ", b"for nothing?"])),
+            bunkai_common::fmt::hex(&hmac(b"Jefe", &[b"what do ya want ", b"for nothing?"])),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
     }
@@ -240,14 +240,14 @@ mod tests {
             out
         };
         assert_eq!(
-            crate::key::hex(&c_hmac(&[0x0b; 20], b"Hi There")),
+            bunkai_common::fmt::hex(&c_hmac(&[0x0b; 20], b"Hi There")),
             "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
         );
         // RFC 4231 case 6: a key longer than the block
         let long = [0xaau8; 131];
         let m = b"Test Using Larger Than Block-Size Key - Hash Key First";
         assert_eq!(
-            crate::key::hex(&c_hmac(&long, m)),
+            bunkai_common::fmt::hex(&c_hmac(&long, m)),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
         );
         let mut x = 0x1234_5678_9abc_def0u64;

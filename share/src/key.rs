@@ -120,10 +120,6 @@ pub fn parse(text: &str) -> Result<[u8; KEY_BYTES]> {
     Ok(k)
 }
 
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// Writes a new random key at `p` (mode 600, its directory 700 if we make
 /// it). Refuses to replace one unless `force`.
 pub fn create(p: &Path, force: bool) -> Result<()> {
@@ -150,7 +146,7 @@ pub fn create(p: &Path, force: bool) -> Result<()> {
             .mode(0o600)
             .open(&tmp)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.write_all(format!("{}\n", hex(&k)).as_bytes())?;
+        f.write_all(format!("{}\n", bunkai_common::fmt::hex(&k)).as_bytes())?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, p).with_context(|| format!("cannot write {d}"))?;

@@ -222,7 +222,7 @@ pub fn check_loadable(p: &Path) -> Result<()> {
 /// absolute (LD_PRELOAD and LD_AUDIT must name them by the same paths on
 /// every host).
 pub fn runtime() -> Result<Runtime> {
-    let dir = bunkai_scatter::toolchain::helper_libdir()?;
+    let dir = bunkai_common::install::helper_libdir()?;
     let find = |name: &str| -> Result<String> {
         let p = dir.join(name);
         if !p.exists() {

@@ -442,7 +442,7 @@ mod tests {
         let pers = text.lines().find(|l| l.len() == 8 && l.chars().all(|c| c.is_ascii_hexdigit())).unwrap();
         assert_ne!(u32::from_str_radix(pers, 16).unwrap() & 0x0040000, 0, "{text}");
         assert!(text.lines().any(|l| Path::new(l) == dir.path().canonicalize().unwrap()), "{text}");
-        let want = crate::key::hex(&auth::run_key(&KEY, &launch::parse_run_id(&r.run_id).unwrap()));
+        let want = bunkai_common::fmt::hex(&auth::run_key(&KEY, &launch::parse_run_id(&r.run_id).unwrap()));
         assert_eq!(text.lines().last().unwrap(), want, "{text}");
     }
 

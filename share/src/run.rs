@@ -353,7 +353,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         cwd: cwd_s,
         home: String::new(),
         host: 0,
-        run_id: crate::key::hex(&run_id),
+        run_id: bunkai_common::fmt::hex(&run_id),
         version: proto::PROTOCOL_VERSION,
         stack_limit,
     };

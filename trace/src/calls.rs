@@ -462,7 +462,7 @@ pub fn write_chrome(trace: &Trace, frames: &[Frame], out: &std::path::Path) -> R
         offset.insert(st.id, base);
         end_of_pid.insert(st.hello.pid, base + last);
     }
-    bunkai_scatter::util::write_atomic_with(out, |w| {
+    bunkai_common::files::write_atomic_with(out, |w| {
         write!(w, "{{\"traceEvents\":[")?;
         let mut first = true;
         let mut sep = |w: &mut dyn Write| -> std::io::Result<()> {

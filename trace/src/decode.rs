@@ -859,16 +859,11 @@ where
 /// Buffered, locked standard output.
 pub type Stdout = std::io::BufWriter<std::io::StdoutLock<'static>>;
 
-/// Runs a printer on stdout; a closed pipe (`| head`) ends it quietly.
+/// Runs a printer on buffered stdout. A closed pipe (`| head`) comes back
+/// as an error, which the CLI's main ends quietly, as for every command.
 pub fn to_stdout(print: impl FnOnce(&mut Stdout) -> Result<()>) -> Result<()> {
     let mut w = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let r = print(&mut w).and_then(|_| std::io::Write::flush(&mut w).map_err(Into::into));
-    match r {
-        Err(e) if is_broken_pipe(&e) => Ok(()),
-        other => other,
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    print(&mut w)?;
+    std::io::Write::flush(&mut w)?;
+    Ok(())
 }

@@ -200,7 +200,7 @@ impl Picture {
             title: format!(
                 "memory access distribution: {} ({} instructions)",
                 trace.file.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-                crate::report::commas(a.instructions)
+                bunkai_common::fmt::commas(a.instructions)
             ),
             x0,
             cols,
@@ -211,7 +211,7 @@ impl Picture {
 
     /// Writes the picture via a temporary file and a rename.
     pub fn write(&self, out: &Path, format: Format) -> Result<()> {
-        bunkai_scatter::util::write_atomic_with(out, |w| match format {
+        bunkai_common::files::write_atomic_with(out, |w| match format {
             Format::Svg => {
                 w.write_all(self.svg().as_bytes())?;
                 Ok(())

@@ -9,7 +9,7 @@
 //! chunks to a temporary file that is renamed into place at the end.
 
 use crate::format::{self, Writer};
-use crate::report::commas;
+use bunkai_common::fmt::commas;
 use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -126,7 +126,7 @@ fn join(v: &[u32]) -> String {
 
 /// Where the tool and the links to the stock Valgrind files live.
 pub fn tool_dir() -> Result<PathBuf> {
-    let d = bunkai_scatter::toolchain::helper_libdir()?.join("valgrind");
+    let d = bunkai_common::install::helper_libdir()?.join("valgrind");
     // Canonical, so that the client's environment (VALGRIND_LIB is in it)
     // is the same as under `valgrind --tool=callgrind` with the same path.
     let d = d.canonicalize().unwrap_or(d);
@@ -170,7 +170,7 @@ fn valgrind_command(a: &RecordArgs, dir: &Path, tools: &Path, program: &Path) ->
         c.arg("--bk-mem=no");
     }
     if let Some(b) = &a.buffer {
-        let n = bunkai_scatter::util::parse_size(b).map_err(|e| anyhow::anyhow!("--buffer: {e}"))?;
+        let n = bunkai_common::fmt::parse_size(b).map_err(|e| anyhow::anyhow!("--buffer: {e}"))?;
         if n < 4096 || n > (1 << 40) {
             bail!("--buffer {b} is out of range (give 4KiB to 1TiB)");
         }

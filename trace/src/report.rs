@@ -722,7 +722,7 @@ pub fn estimate(
 // Text
 
 /// Thousands separators: 1234567 -> "1,234,567".
-pub use bunkai_scatter::util::commas;
+use bunkai_common::fmt::commas;
 
 fn fcommas(v: f64) -> String {
     if v.is_finite() && v >= 0.0 {
