@@ -264,17 +264,17 @@ pub fn group(a: GroupArgs) -> Result<ExitCode> {
 }
 
 pub fn serve(a: ServeArgs) -> Result<ExitCode> {
-    let server = bunkai_scatter::remote::Server::bind(&a.out, &a.listen)?;
-    bunkai_scatter::remote::announce(&server.url)?;
+    let server = bunkai_scatter::serve::Server::bind(&a.out, &a.listen)?;
+    bunkai_scatter::serve::announce(&server.url)?;
     eprintln!("bunkai serve: serving {} at {} (Ctrl-C stops)", a.out.display(), server.url);
     server.serve(8, a.verbose)?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_remote(a: RunArgs) -> Result<ExitCode> {
-    use bunkai_scatter::remote;
+    use bunkai_scatter::run;
     use std::os::unix::process::{CommandExt, ExitStatusExt};
-    let (mut cmd, log) = remote::prepare(&remote::RunOptions {
+    let (mut cmd, log) = run::prepare(&run::RunOptions {
         url: a.url,
         cache: a.cache,
         preload: !a.no_preload,
@@ -292,7 +292,7 @@ pub fn run_remote(a: RunArgs) -> Result<ExitCode> {
     let fetch_log = tempfile::NamedTempFile::new()?;
     cmd.env("BUNKAI_FETCH_LOG", fetch_log.path());
     let status = cmd.status()?;
-    for l in remote::summarize_fetch_log(&std::fs::read_to_string(fetch_log.path()).unwrap_or_default()) {
+    for l in run::summarize_fetch_log(&std::fs::read_to_string(fetch_log.path()).unwrap_or_default()) {
         eprintln!("run: {l}");
     }
     Ok(match (status.code(), status.signal()) {

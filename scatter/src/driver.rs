@@ -3,7 +3,8 @@
 //! and renamed into place at the end, so a failure leaves nothing behind.
 
 use crate::lower::{self, Job};
-use crate::manifest::{FunctionEntry, Globals, Kept, Manifest, Original, FORMAT, MANIFEST};
+use crate::layout::{self, MANIFEST};
+use crate::manifest::{FunctionEntry, Globals, Kept, Manifest, Original, FORMAT};
 use crate::stubs::{self, Stub};
 use crate::toolchain::{run, Toolchain};
 use bunkai_common::files::file_size;
@@ -285,9 +286,9 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     let mut jobs = Vec::with_capacity(stubs.len() + 1);
     for st in &stubs {
         jobs.push(Job {
-            inputs: vec![split.join(format!("{}{:x}.bc", stubs::LIB_PREFIX, st.id))],
+            inputs: vec![split.join(format!("{}{:x}.bc", layout::LIB_PREFIX, st.id))],
             group: false,
-            output: root.join(&libdir_rel).join(stubs::lib_file(st.id)),
+            output: root.join(&libdir_rel).join(layout::lib_file(st.id)),
             what: format!("{} ({})", st.name, st.source),
         });
     }
@@ -309,10 +310,10 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     lower::run(&tc, &template, level, jobs, opts.jobs, opts.progress)?;
 
     // Keep each function's module: `bunkai group` links groups from them.
-    let bcdir = root.join(format!("{}/{name}", crate::BC_DIR));
+    let bcdir = root.join(format!("{}/{name}", layout::BC_DIR));
     std::fs::create_dir_all(&bcdir)?;
     for st in &stubs {
-        let f = format!("{}{:x}.bc", stubs::LIB_PREFIX, st.id);
+        let f = format!("{}{:x}.bc", layout::LIB_PREFIX, st.id);
         std::fs::rename(split.join(&f), bcdir.join(&f))?;
     }
 
@@ -340,13 +341,13 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     for st in &stubs {
         names.push_str(&format!("{:x}\t{}\t{}\n", st.id, st.name, st.source));
     }
-    std::fs::write(root.join(&libdir_rel).join(stubs::NAMES_FILE), names)?;
+    std::fs::write(root.join(&libdir_rel).join(layout::NAMES_FILE), names)?;
 
     let overhead = file_size(&empty_so);
     let functions: Vec<FunctionEntry> = stubs
         .iter()
         .map(|st: &Stub| {
-            let library = format!("{libdir_rel}/{}", stubs::lib_file(st.id));
+            let library = format!("{libdir_rel}/{}", layout::lib_file(st.id));
             FunctionEntry {
                 id: st.id,
                 name: st.name.clone(),

@@ -22,7 +22,8 @@ use crate::driver::{library_link_flags, opt_level};
 use crate::lower::{self, Job};
 use crate::manifest::{GroupEntry, Groups, Manifest};
 use crate::profile::{self, function_size};
-use crate::remote::Index;
+use crate::index::{Index, INDEX_FORMAT};
+use crate::layout::{BC_DIR, DICT_FILE, GROUP_MAP, INDEX};
 use crate::toolchain::Toolchain;
 use bunkai_common::files::{file_size, write_atomic};
 use bunkai_common::fmt::hex;
@@ -135,7 +136,6 @@ pub fn compress(data: &[u8]) -> Result<Vec<u8>> {
     zstd::bulk::compress(data, ZSTD_LEVEL).context("zstd compression failed")
 }
 
-pub const DICT_FILE: &str = "groups.dict";
 const DICT_MAX: usize = 32 << 10;
 
 /// Groups of one program share a lot (ELF headers, PLT stubs, prologues,
@@ -160,7 +160,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
     let out = &opts.out;
     let mut m = Manifest::read(out)?;
     let prof = profile::read(out, &m)?;
-    let bcdir = out.join(format!("{}/{}", crate::BC_DIR, m.name));
+    let bcdir = out.join(format!("{}/{}", BC_DIR, m.name));
     if !bcdir.is_dir() {
         bail!(
             "{} has no function bitcode in {} (scatter it again with this bunkai)",
@@ -270,7 +270,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
     // Into place. The manager uses groups only when groups.map exists, so
     // removing it first keeps the output usable (per function) throughout.
     let libdir = out.join(&m.libdir);
-    let map_path = libdir.join(crate::stubs::GROUP_MAP);
+    let map_path = libdir.join(GROUP_MAP);
     if map_path.exists() {
         std::fs::remove_file(&map_path)?;
     }
@@ -299,7 +299,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
         }
     }
     let map_zst = compress(&map)?;
-    write_atomic(&libdir.join(format!("{}.zst", crate::stubs::GROUP_MAP)), &map_zst)?;
+    write_atomic(&libdir.join(format!("{}.zst", GROUP_MAP)), &map_zst)?;
     write_atomic(&map_path, &map)?;
     let groups = Groups {
         threshold_bytes: opts.threshold,
@@ -312,7 +312,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
         list,
     };
     let index = Index {
-        format: crate::remote::INDEX_FORMAT.into(),
+        format: INDEX_FORMAT.into(),
         abi: crate::ABI,
         name: m.name.clone(),
         kind: m.kind.clone(),
@@ -328,7 +328,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
         dict_bytes: dict.as_ref().map_or(0, |d| d.len() as u64),
         dict_sha256: dict.as_ref().map_or(String::new(), |d| hex(&Sha256::digest(d))),
     };
-    write_atomic(&out.join(crate::remote::INDEX), serde_json::to_string_pretty(&index)?.as_bytes())?;
+    write_atomic(&out.join(INDEX), serde_json::to_string_pretty(&index)?.as_bytes())?;
     m.groups = Some(groups.clone());
     m.write(out)?;
 
@@ -399,6 +399,6 @@ mod tests {
     fn magic_matches_the_header() {
         let h = include_str!("../include/bunkai_scatter.h");
         assert!(h.contains(&format!("#define BUNKAI_GROUP_MAGIC \"{}\"", std::str::from_utf8(MAP_MAGIC).unwrap())));
-        assert!(h.contains(&format!("#define BUNKAI_GROUP_MAP \"{}\"", crate::stubs::GROUP_MAP)));
+        assert!(h.contains(&format!("#define BUNKAI_GROUP_MAP \"{}\"", GROUP_MAP)));
     }
 }

@@ -12,25 +12,27 @@
 //!   7. write manifest.json and move the finished directory into place.
 //!
 //! Then, for §5–6: profile.rs records first-call order, group.rs links one
-//! library per group and writes the group map, remote.rs serves an output
-//! over HTTP and runs one from a URL (the launcher's fetch library brings
-//! the groups while it runs).
+//! library per group and writes the group map; serve.rs serves an output
+//! over HTTP and run.rs runs one from a URL (http.rs is its client, index.rs
+//! the remote.json it reads first; the launcher's fetch library brings the
+//! groups while it runs). layout.rs names every file of an output.
 
 pub mod driver;
 pub mod group;
+pub mod http;
+pub mod index;
+pub mod layout;
 pub mod lower;
 pub mod manifest;
 pub mod profile;
-pub mod remote;
+pub mod run;
+pub mod serve;
 pub mod stats;
 pub mod stubs;
 pub mod toolchain;
 
 /// BUNKAI_SCATTER_ABI in scatter/include/bunkai_scatter.h.
 pub const ABI: u32 = 3;
-
-/// Where each function's module is kept (OUT/bc/NAME/f<hex>.bc).
-pub const BC_DIR: &str = "bc";
 
 #[cfg(test)]
 mod tests {
@@ -45,8 +47,8 @@ mod tests {
         assert_eq!(v, super::ABI, "bump scatter/src/lib.rs ABI with the header");
         for (name, want) in [
             ("BUNKAI_BODY_PREFIX", crate::stubs::BODY_PREFIX),
-            ("BUNKAI_LIB_PREFIX", crate::stubs::LIB_PREFIX),
-            ("BUNKAI_NAMES_FILE", crate::stubs::NAMES_FILE),
+            ("BUNKAI_LIB_PREFIX", crate::layout::LIB_PREFIX),
+            ("BUNKAI_NAMES_FILE", crate::layout::NAMES_FILE),
         ] {
             let l = h
                 .lines()

@@ -4,12 +4,12 @@
 //! read by `bunkai stats` (and later by profile/group/serve). `abi` is
 //! BUNKAI_SCATTER_ABI from scatter/include/bunkai_scatter.h.
 
+use crate::layout::MANIFEST;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 pub const FORMAT: &str = "bunkai-scatter";
-pub const MANIFEST: &str = "manifest.json";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {

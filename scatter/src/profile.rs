@@ -17,6 +17,7 @@
 //! the per-library overhead, §5.1), name. `build` is the first 16 hex digits
 //! of the SHA-256 of the launcher: a profile of another build is refused.
 
+use crate::layout::PROFILE;
 use crate::manifest::Manifest;
 use bunkai_common::files::write_atomic;
 use anyhow::{bail, Context, Result};
@@ -25,7 +26,6 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, ExitStatus};
 
-pub const PROFILE: &str = "profile";
 const FORMAT_LINE: &str = "format bunkai-profile/1";
 
 #[derive(Debug, Clone, PartialEq)]

@@ -16,9 +16,6 @@
 use std::fmt::Write;
 
 pub const BODY_PREFIX: &str = "__bunkai_f";
-pub const LIB_PREFIX: &str = "f";
-pub const NAMES_FILE: &str = "functions.tsv";
-pub const GROUP_MAP: &str = "groups.map";
 
 /// One line of the split pass's stubs.tsv.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,10 +48,6 @@ pub fn parse_stubs_tsv(text: &str) -> anyhow::Result<Vec<Stub>> {
     Ok(out)
 }
 
-/// Library file name for function `id`.
-pub fn lib_file(id: u32) -> String {
-    format!("{LIB_PREFIX}{id:x}.so")
-}
 
 /// The assembly for all stubs plus the launcher configuration. `imports`
 /// (shared-library launchers only) are symbols the libraries take from
@@ -139,6 +132,6 @@ mod tests {
     #[test]
     fn quotes_odd_symbols() {
         assert_eq!(quote("foo.cold"), "\"foo.cold\"");
-        assert_eq!(lib_file(255), "fff.so");
+        assert_eq!(crate::layout::lib_file(255), "fff.so");
     }
 }
