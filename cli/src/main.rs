@@ -5,7 +5,6 @@
 //! (<fix>)`, and exit non-zero.
 
 mod flow;
-mod modbench;
 mod modcmd;
 mod scatter;
 mod share;

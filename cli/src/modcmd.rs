@@ -313,7 +313,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 .prefix(".bunkai-mod-model-")
                 .tempfile_in(&dir)
                 .with_context(|| format!("cannot write in {} (give --model a writable place)", dir.display()))?;
-            let m = crate::modbench::calibrate(quick)?;
+            let m = bunkai_mod::bench::calibrate(quick)?;
             std::fs::write(tmp.path(), serde_json::to_string_pretty(&m)?)?;
             tmp.persist(&path).map_err(|e| anyhow::anyhow!("cannot write {}: {}", path.display(), e.error))?;
             if json {
@@ -329,7 +329,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             }
         }
         Cmd::Bench { quick, json, markdown } => {
-            crate::modbench::bench(quick, json, markdown.as_deref())?;
+            bunkai_mod::bench::bench(quick, json, markdown.as_deref())?;
         }
     }
     Ok(ExitCode::SUCCESS)

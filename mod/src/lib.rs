@@ -10,9 +10,12 @@
 //! - proto.rs: the wire protocol to libbunkai-host (mod/include/bunkai_mod.h).
 //! - server.rs: load (DKM's seven stages, each timed), unload, swap, list.
 //! - model.rs: the load-time model of §4 (a linear fit per stage).
+//! - bench.rs: the evaluation (`bunkai mod bench`, `calibrate`): Table 1,
+//!   measurement 2, the model's prediction error, dlopen beside ours.
 //! - fuzz.rs: a mutator of module objects and a dry link at fixed
 //!   addresses, for the fuzz tests here and the host campaign in tests/e2e.
 
+pub mod bench;
 pub mod fuzz;
 pub mod link;
 pub mod memfd;

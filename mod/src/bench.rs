@@ -7,8 +7,8 @@
 //! what a user sees minus process start-up.
 
 use anyhow::{bail, Context, Result};
-use bunkai_mod::model::{self, Fit, Model};
-use bunkai_mod::{proto, server};
+use crate::model::{self, Fit, Model};
+use crate::{proto, server};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
