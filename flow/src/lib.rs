@@ -8,6 +8,7 @@
 //! - `cc`: `bunkai flow cc`, clang-14 with the pass.
 //! - `points`: `bunkai flow points`, the table as text or JSON.
 //! - `aspect`: the aspect language (the paper's XML), parsed with positions.
+//! - `select`: which join points each pointcut selects (check and weave).
 //! - `check`: `bunkai flow check`, what can be known before weaving.
 //! - `buffer`: the per-process record buffers STORE_DATA fills.
 //! - `report`: `bunkai flow dump` and `report` (timelines per flow, Chrome
@@ -21,6 +22,7 @@ pub mod buffer;
 pub mod cc;
 pub mod check;
 pub mod report;
+pub mod select;
 pub mod weave;
 pub mod joinpoints;
 pub mod points;

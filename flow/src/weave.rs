@@ -1,6 +1,6 @@
 //! The advice module `bunkai flow weave` will load (seed 003 §4.1, Figs.
 //! 5-8): C generated from an aspect for one program, from the join points
-//! each pointcut selects (check.rs) and where each variable is at them
+//! each pointcut selects (select.rs) and where each variable is at them
 //! (the join-point table). One handler serves every woven sled; at each, the
 //! xflow definitions' code runs first, then the advice, as §4.1 says. The
 //! module's init weaves the sleds through the runtime (bkf_weave,
@@ -10,7 +10,7 @@
 //! the trampoline skips XSAVE) and loads it through bunkai mod's loader.
 
 use crate::aspect::{Aspect, How, Prim};
-use crate::check::{uses, Program};
+use crate::select::{uses, Program};
 use crate::joinpoints::{Base, JoinPoint, Kind, Location};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
