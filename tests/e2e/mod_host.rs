@@ -788,15 +788,13 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// xorshift64*, as share/src/fuzz.rs.
-struct Rng(u64);
+/// The fuzzers' generator (xorshift64*, bunkai_mod::fuzz::Rng), with
+/// 64-bit bounds.
+struct Rng(bunkai_mod::fuzz::Rng);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.next()
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
@@ -883,7 +881,7 @@ fn touches(t: u32, p: &[u8], id: u32) -> bool {
 fn mutated_protocol_messages_are_refused_and_the_host_keeps_serving() {
     let cases: u64 = std::env::var("BUNKAI_MOD_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let seed: u64 = std::env::var("BUNKAI_MOD_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed_b0a7_d00d);
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng(bunkai_mod::fuzz::Rng(seed | 1));
     let mut h = Host::start();
     let id = h.list()["modules"][0]["id"].as_u64().unwrap() as u32;
     let (mut refusals, mut oks, mut accepted_commits, mut skipped) = (0u64, 0u64, 0u64, 0u64);
