@@ -32,11 +32,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-fn sched_dir() -> PathBuf {
-    let d = root().join("build/lib/bunkai/examples/sched");
-    assert!(d.join("sched-host").exists(), "{} missing: run make", d.display());
-    d
-}
 
 struct Host {
     child: Child,

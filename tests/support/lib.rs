@@ -124,6 +124,14 @@ pub fn finish(mut child: std::process::Child, limit: Duration) -> (Output, Durat
     (Output { status, stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }, took)
 }
 
+/// The scheduling example of bunkai mod (sched-host and its policy
+/// modules), built by make.
+pub fn sched_dir() -> PathBuf {
+    let d = root().join("build/lib/bunkai/examples/sched");
+    assert!(d.join("sched-host").exists(), "{} missing: run make", d.display());
+    d
+}
+
 /// The lines a spawned child writes to its piped stdout, as they come (a
 /// thread reads them; the channel closes when the child closes stdout).
 pub fn stdout_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
