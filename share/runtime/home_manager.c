@@ -271,8 +271,10 @@ static void home_apply(void) {
 
 /* Waits for host h's reply of the given type for page; other messages
  * from h are queued. Returns the payload length. */
+static uint32_t awaited; /* hosts await() read from since the loop's last poll */
 static uint32_t await(int h, uint32_t type, uint64_t page, void *data) {
   static char pl[PAGE + 512];
+  awaited |= 1u << h;
   for (;;) {
     struct bks_msg m;
     int r = recv_msg(g.hosts[h].fd, &m, pl, sizeof pl);
@@ -318,16 +320,18 @@ static int get_copy(int src, uint64_t page, uint32_t kind, void *data) {
     g.stats->host[src].pages_out++;
     return DONE;
   }
-  if (kind == BKS_DOWNGRADE && !page_here(page)) {
-    /* untouched: the read-only copy home keeps is zeros */
-    long e = uffd_copy(page, zero_page, 1);
-    if (e == -EAGAIN) return AGAIN;
-  }
   if (kind != BKS_FETCH) {
     long e = uffd_wp(page, PAGE, 1);
     if (e == -EAGAIN) return AGAIN;
   }
-  mem_read(page, data, PAGE);
+  /* write-protected now (or missing: a home thread's touch would come to
+   * us), so what we read is the page's last value */
+  int here = mem_read(page, data, PAGE);
+  if (kind == BKS_DOWNGRADE && !here) {
+    /* untouched: the read-only copy home keeps is zeros */
+    long e = uffd_copy(page, zero_page, 1);
+    if (e == -EAGAIN) return AGAIN;
+  }
   if (kind == BKS_TAKE) drop(page, PAGE);
   return changed_since(page, kind == BKS_TAKE ? data : 0, 0) ? AGAIN : DONE;
 }
@@ -781,6 +785,7 @@ static void home_manager(void *unused) {
     for (int h = 1; h < g.nhosts; h++) pf[n++] = (struct pollfd){g.hosts[h].fd, POLLIN, 0};
     int ex0 = n, polled = nexiting; /* run_queue below may add more: they were not polled */
     for (int i = 0; i < nexiting; i++) pf[n++] = (struct pollfd){exiting[i]->pidfd, POLLIN, 0};
+    awaited = 0;
     long r = spin_poll(pf, n);
     if (r < 0) continue;
     if (pf[0].revents) drain_events();
@@ -792,9 +797,9 @@ static void home_manager(void *unused) {
     for (int h = 1; h < g.nhosts; h++) {
       if (!pf[1 + h].revents) continue;
       /* the queue or the events above may have waited on this node and
-       * read what poll saw: look again before a read that would block */
+       * read what poll saw: then look again before a read that would block */
       struct pollfd one = {g.hosts[h].fd, POLLIN, 0};
-      if (sc3(SYS_poll, &one, 1, 0) <= 0) continue;
+      if (((awaited >> h) & 1) && sc3(SYS_poll, &one, 1, 0) <= 0) continue;
       struct bks_msg m;
       int e = recv_msg(g.hosts[h].fd, &m, pl, sizeof pl);
       if (e) node_gone(h, e);

@@ -196,21 +196,24 @@ static void control(struct bks_msg *m, char *pl) {
   switch (m->type) {
   case BKS_GRANT: {
     out_done(page);
-    int ro = m->b == 1;
+    int ro = m->b == 1, woke = 0; /* a page copied in, or write protection taken off, wakes the threads waiting there */
     long e;
     if (m->len == PAGE) {
       e = uffd_copy(page, pl, ro);
       if (e == -EEXIST)
         die("internal error: home sent page 0x%x, which is here already (please report)", (long)page, 0, 0, 0);
+      woke = !e;
     } else if (m->c & BKS_GRANT_ZERO) {
       e = uffd_copy(page, zero_page, ro);
-      if (e == -EEXIST) e = uffd_wp(page, PAGE, ro);
+      woke = !e;
+      if (e == -EEXIST) e = uffd_wp(page, PAGE, ro), woke = !e && !ro;
     } else {
       if (!page_here(page))
         die("internal error: home says page 0x%x is here, and it is not (please report)", (long)page, 0, 0, 0);
       e = uffd_wp(page, PAGE, ro);
+      woke = !e && !ro;
     }
-    uffd_wake(page, PAGE); /* write protection set, or a failure: nothing else woke them */
+    if (!woke) uffd_wake(page, PAGE); /* write protection set, or a failure */
     break;
   }
   case BKS_GONE:

@@ -2,7 +2,8 @@
  * instruction inlined into this library's text (on the nodes Syscall User
  * Dispatch lets through only calls made from that text; libc's wrappers
  * would also write errno, which is the program's memory). Returns the
- * kernel's value: a result, or -errno. */
+ * kernel's value: a result, or -errno. Also the one other instruction the
+ * runtime needs by name: a spinning wait's pause. */
 #ifndef BUNKAI_SHARE_SYSCALL_X86_64_H
 #define BUNKAI_SHARE_SYSCALL_X86_64_H
 
@@ -23,5 +24,8 @@ static inline long sc6(long n, long a, long b, long c, long d, long e, long f) {
 #define sc3(n, a, b, c) sc6(n, (long)(a), (long)(b), (long)(c), 0, 0, 0)
 #define sc4(n, a, b, c, d) sc6(n, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
 #define sc5(n, a, b, c, d, e) sc6(n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
+
+/* A spinning wait's pause (the lock in util.c). */
+static inline void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
 
 #endif

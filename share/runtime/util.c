@@ -129,15 +129,20 @@ void *priv_alloc(uint64_t size) {
   return (void *)at;
 }
 
-/* Locks: spin, then futex. */
+/* Locks: spin, then futex. The word is 0 (free), 1 (held) or 2 (held,
+ * and someone may sleep on it), so that an unlock without waiters is one
+ * atomic store and no system call (the page path takes the node's control
+ * lock on every request). */
 void lock(volatile int *l) {
-  int spins = 0;
-  while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-    if (++spins > 100) sc6(SYS_futex, (long)l, FUTEX_WAIT_PRIVATE, 1, 0, 0, 0);
+  for (int spins = 0; spins < 100; spins++) {
+    int c = 0;
+    if (__atomic_compare_exchange_n(l, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return;
+    cpu_relax();
+  }
+  while (__atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE)) sc6(SYS_futex, (long)l, FUTEX_WAIT_PRIVATE, 2, 0, 0, 0);
 }
 void unlock(volatile int *l) {
-  __atomic_store_n(l, 0, __ATOMIC_RELEASE);
-  sc6(SYS_futex, (long)l, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+  if (__atomic_exchange_n(l, 0, __ATOMIC_RELEASE) == 2) sc6(SYS_futex, (long)l, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
 }
 
 uint64_t now_ns(void) {
