@@ -549,3 +549,90 @@ fn report_speed() {
         std::fs::metadata(&p).unwrap().len()
     );
 }
+
+/// Every constant of trace/include/bunkai_trace.h (the Valgrind tool's side
+/// of the format) has its Rust mirror here with the same value: a header
+/// changed on one side only fails this test instead of misreading traces.
+#[test]
+fn constants_match_the_shared_header() {
+    use crate::decode::*;
+    use crate::format::*;
+    let h = include_str!("../include/bunkai_trace.h");
+    let defines: std::collections::BTreeMap<&str, &str> = h
+        .lines()
+        .filter_map(|l| l.strip_prefix("#define BKT_"))
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?, it.next()?))
+        })
+        .collect();
+    let num = |name: &str| -> u64 {
+        let v = defines.get(name).unwrap_or_else(|| panic!("BKT_{name} not in bunkai_trace.h"));
+        let v = v.trim_end_matches("ull").trim_end_matches('u');
+        match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).unwrap(),
+            None => v.parse().unwrap(),
+        }
+    };
+    let text = |name: &str| -> Vec<u8> {
+        let v = defines.get(name).unwrap_or_else(|| panic!("BKT_{name} not in bunkai_trace.h"));
+        let inner = v.trim_matches('"');
+        inner.replace("\\0", "\0").into_bytes()
+    };
+    assert_eq!(num("VERSION"), VERSION as u64);
+    assert_eq!(text("FILE_MAGIC"), FILE_MAGIC.to_vec());
+    assert_eq!(text("CHUNK_MAGIC"), CHUNK_MAGIC.to_vec());
+    assert_eq!(text("END_MAGIC"), END_MAGIC.to_vec());
+    let mirrored: &[(&str, u64)] = &[
+        ("CHUNK_HELLO", CHUNK_HELLO as u64),
+        ("CHUNK_DEFS", CHUNK_DEFS as u64),
+        ("CHUNK_EVENTS", CHUNK_EVENTS as u64),
+        ("CHUNK_BYE", CHUNK_BYE as u64),
+        ("F_MEM", F_MEM),
+        ("F_BUFFERED", F_BUFFERED),
+        ("DEF_OBJECT", DEF_OBJECT),
+        ("DEF_FUNC", DEF_FUNC),
+        ("DEF_SEG", DEF_SEG),
+        ("ACC_LOAD", ACC_LOAD as u64),
+        ("ACC_STORE", ACC_STORE as u64),
+        ("ACC_MODIFY", ACC_MODIFY as u64),
+        ("NOT_PERFORMED", NOT_PERFORMED),
+        ("END_BRANCH", END_BRANCH as u64),
+        ("END_CALL", END_CALL as u64),
+        ("END_RET", END_RET as u64),
+        ("END_SYSCALL", END_SYSCALL as u64),
+        ("END_OTHER", END_OTHER as u64),
+        ("EV_SYSCALL", EV_SYSCALL),
+        ("EV_SIGNAL", EV_SIGNAL),
+        ("EV_THREAD", EV_THREAD),
+        ("EV_MMAP", EV_MMAP),
+        ("EV_MUNMAP", EV_MUNMAP),
+        ("EV_MPROTECT", EV_MPROTECT),
+        ("EV_BRK", EV_BRK),
+        ("EV_EXEC", EV_EXEC),
+        ("EV_FORK", EV_FORK),
+        ("EV_WINDOW", EV_WINDOW),
+        ("EV_TLS", EV_TLS),
+        ("EV_THREAD_NEW", EV_THREAD_NEW),
+        ("EV_THREAD_EXIT", EV_THREAD_EXIT),
+        ("EV_CTXSW", EV_CTXSW),
+        ("WIN_START", WIN_START),
+        ("WIN_SYSCALL", WIN_SYSCALL),
+        ("WIN_FUNC", WIN_FUNC),
+        ("WIN_COUNT", WIN_COUNT),
+        ("WIN_CLOSE_FD", WIN_CLOSE_FD),
+        ("WIN_FULL", WIN_FULL),
+        ("WIN_EXIT", WIN_EXIT),
+    ];
+    for (name, v) in mirrored {
+        assert_eq!(num(name), *v, "BKT_{name}");
+    }
+    // Every define of the header is mirrored (a new one needs its Rust twin).
+    let covered: std::collections::BTreeSet<&str> = mirrored
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(["VERSION", "FILE_MAGIC", "CHUNK_MAGIC", "END_MAGIC"])
+        .collect();
+    let missing: Vec<&&str> = defines.keys().filter(|k| !covered.contains(**k)).collect();
+    assert!(missing.is_empty(), "defines of bunkai_trace.h with no Rust mirror here: {missing:?}");
+}
