@@ -13,10 +13,12 @@
 //! - `buffer`: the per-process record buffers STORE_DATA fills.
 //! - `report`: `bunkai flow dump` and `report` (timelines per flow, Chrome
 //!   trace and OpenTelemetry export).
-//! - `weave`: the C of the advice module (`bunkai flow emit`).
+//! - `advice`: the C of the advice module (`bunkai flow emit`).
+//! - `weave`: `bunkai flow emit`, `weave` and `unweave`.
 //!
 //! The layouts shared with the pass and the runtime are in
 //! flow/include/bunkai_flow.h.
+mod advice;
 pub mod aspect;
 pub mod buffer;
 pub mod cc;
