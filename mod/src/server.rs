@@ -308,59 +308,125 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
     // 1-2. Interface checks and the dependency plan.
     let t = Instant::now();
     let root = read_candidate(o.file, false)?;
-    let replacing = match o.replace {
-        Some(name) => {
-            let l = loaded
-                .iter()
-                .find(|l| l.rec.name == name)
-                .with_context(|| format!("no module named {name} is loaded (see bunkai mod list)"))?;
-            for imp in &l.rec.implements {
-                if !root.meta.implements.iter().any(|i| i.iface.name == imp.iface.name) {
-                    bail!("{} does not implement {}, which {name} provides: it cannot replace it", root.meta.name, imp.iface.name);
-                }
-            }
-            let users: Vec<&str> =
-                loaded.iter().filter(|x| x.rec.symbol_deps.iter().any(|d| d == name)).map(|x| x.rec.name.as_str()).collect();
-            if !users.is_empty() {
-                bail!("{} link against {name}'s symbols directly; unload them before swapping {name}", users.join(", "));
-            }
-            Some(l)
-        }
-        None => None,
-    };
-    if let Some(l) = loaded.iter().find(|l| l.rec.name == root.meta.name) {
-        if replacing.map_or(true, |r| r.id != l.id) {
-            bail!("a module named {} is already loaded (unload it, or bunkai mod swap {} {})", l.rec.name, l.rec.name, o.file.display());
-        }
-    }
+    let replacing = swapped_out(&root, &loaded, o.replace)?;
+    check_name_free(&root, &loaded, replacing, o.file)?;
     let check_root_t = us(t);
     let t = Instant::now();
     let order = plan(root, &loaded, &o.dirs, replacing, &mut log)?;
     let deps_t = us(t);
-    // Every module of the plan is checked before anything happens.
     let t = Instant::now();
+    let parsed = check_plan(&order, &st.expects, &loaded, replacing, &mut log)?;
+    let check_t = check_root_t + us(t);
+
+    // 3. Pre-link: sizes from the headers.
+    let prelinked = prelink(parsed)?;
+
+    // Memory pressure: unneeded modules go first, as DKM's server does.
+    let evicted = make_room(host, &st, &prelinked, &loaded, replacing, &order, &mut log)?;
+
+    // 4-6. Allocation, link, load, module by module (dependencies first).
+    let staged = stage(host, o.copy, &order, &prelinked, &loaded, replacing, &mut log)?;
+
+    // 7. Registration, in dependency order.
+    let mut reports = register(host, &order, staged, replacing, &mut log)?;
+    let total = us(t_all);
+    charge_totals(&mut reports, check_t, deps_t, total);
+    log.push(format!("HELLO took {other_hello:.0} us"));
+    Ok(LoadReport {
+        modules: reports,
+        evicted,
+        replaced: replacing.map(|r| r.rec.name.clone()),
+        total_us: total,
+        log,
+    })
+}
+
+/// The loaded module a swap replaces (None when `replace` is): it must be
+/// loaded, the new module must implement every interface it provides, and
+/// no module may link against its symbols.
+fn swapped_out<'a>(root: &Candidate, loaded: &'a [Loaded], replace: Option<&str>) -> Result<Option<&'a Loaded>> {
+    let Some(name) = replace else { return Ok(None) };
+    let l = loaded
+        .iter()
+        .find(|l| l.rec.name == name)
+        .with_context(|| format!("no module named {name} is loaded (see bunkai mod list)"))?;
+    for imp in &l.rec.implements {
+        if !root.meta.implements.iter().any(|i| i.iface.name == imp.iface.name) {
+            bail!("{} does not implement {}, which {name} provides: it cannot replace it", root.meta.name, imp.iface.name);
+        }
+    }
+    let users: Vec<&str> =
+        loaded.iter().filter(|x| x.rec.symbol_deps.iter().any(|d| d == name)).map(|x| x.rec.name.as_str()).collect();
+    if !users.is_empty() {
+        bail!("{} link against {name}'s symbols directly; unload them before swapping {name}", users.join(", "));
+    }
+    Ok(Some(l))
+}
+
+/// A loaded module may have the new module's name only if the swap
+/// replaces it.
+fn check_name_free(root: &Candidate, loaded: &[Loaded], replacing: Option<&Loaded>, file: &Path) -> Result<()> {
+    if let Some(l) = loaded.iter().find(|l| l.rec.name == root.meta.name) {
+        if replacing.map_or(true, |r| r.id != l.id) {
+            bail!("a module named {} is already loaded (unload it, or bunkai mod swap {} {})", l.rec.name, l.rec.name, file.display());
+        }
+    }
+    Ok(())
+}
+
+/// Every module of the plan is checked before anything happens: parsed,
+/// and its interfaces checked (stage 1).
+fn check_plan<'d>(
+    order: &'d [Candidate],
+    expects: &[(String, String)],
+    loaded: &[Loaded],
+    replacing: Option<&Loaded>,
+    log: &mut Vec<String>,
+) -> Result<Vec<Module<'d>>> {
     let mut parsed = Vec::new();
-    for c in &order {
+    for c in order {
         let m = Module::parse(&c.bytes).with_context(|| format!("{}", c.path.display()))?;
-        check_interfaces(c, &st.expects, &loaded, replacing, &m.defined_functions())?;
+        check_interfaces(c, expects, loaded, replacing, &m.defined_functions())?;
         if c.meta.implements.is_empty() && c.meta.requires.is_empty() {
             log.push(format!("{}: implements no interface (only its symbols can be used)", c.meta.name));
         }
         parsed.push(m);
     }
-    let check_t = check_root_t + us(t);
+    Ok(parsed)
+}
 
-    // 3. Pre-link: sizes from the headers.
-    let mut layouts = Vec::new();
-    let mut prelink_t = Vec::new();
-    for m in &parsed {
+/// A module of the plan parsed and pre-linked, with the pre-link's time.
+struct Prelinked<'d> {
+    module: Module<'d>,
+    layout: link::Layout,
+    prelink_us: f64,
+}
+
+/// Stage 3: pre-link, sizes from the headers.
+fn prelink(parsed: Vec<Module<'_>>) -> Result<Vec<Prelinked<'_>>> {
+    let mut out = Vec::new();
+    for module in parsed {
         let t = Instant::now();
-        layouts.push(m.prelink()?);
-        prelink_t.push(us(t));
+        let layout = module.prelink()?;
+        out.push(Prelinked { module, layout, prelink_us: us(t) });
     }
+    Ok(out)
+}
 
-    // Memory pressure: unneeded modules go first, as DKM's server does.
-    let need: u64 = layouts.iter().map(|l| page(l.rx_size) + page(l.rw_size)).sum();
+/// Memory pressure: when the plan does not fit in the host's budget,
+/// unneeded modules (loaded as dependencies, needed by no module loaded or
+/// planned; the oldest first) are unloaded, as DKM's server does. Returns
+/// their names; an error if even that does not make room.
+fn make_room(
+    host: &mut Host,
+    st: &crate::proto::HostState,
+    prelinked: &[Prelinked],
+    loaded: &[Loaded],
+    replacing: Option<&Loaded>,
+    order: &[Candidate],
+    log: &mut Vec<String>,
+) -> Result<Vec<String>> {
+    let need: u64 = prelinked.iter().map(|p| page(p.layout.rx_size) + page(p.layout.rw_size)).sum();
     let mut evicted = Vec::new();
     if st.budget > 0 && st.used + need > st.budget {
         let mut free = st.budget.saturating_sub(st.used);
@@ -389,11 +455,59 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
             );
         }
     }
+    Ok(evicted)
+}
 
-    // 4-6. Allocation, link, load, module by module (dependencies first).
-    let mut staged: Vec<(Record, link::Symbols, Stages, u64, u64)> = Vec::new();
-    let mut exports: HashMap<String, (u64, String)> = HashMap::new();
-    for l in &loaded {
+/// A module linked and its image in the host's memory, waiting to be
+/// registered.
+struct Staged {
+    rec: Record,
+    symbols: link::Symbols,
+    stages: Stages,
+    rx: u64,
+    rw: u64,
+}
+
+/// Stages 4-6: allocation, link, load, module by module (dependencies
+/// first); each module links against the loaded modules' exports and those
+/// of the modules staged before it.
+fn stage(
+    host: &mut Host,
+    copy: bool,
+    order: &[Candidate],
+    prelinked: &[Prelinked],
+    loaded: &[Loaded],
+    replacing: Option<&Loaded>,
+    log: &mut Vec<String>,
+) -> Result<Vec<Staged>> {
+    let mut staged = Vec::new();
+    let mut exports = loaded_exports(loaded, replacing);
+    for (k, (c, p)) in order.iter().zip(prelinked).enumerate() {
+        let (m, lay) = (&p.module, &p.layout);
+        let mut s = Stages { prelink: p.prelink_us, ..Default::default() };
+        let t = Instant::now();
+        let (at, mut mem) = allocate(host, &c.meta.name, lay, copy, log)?;
+        s.alloc = us(t);
+        let t = Instant::now();
+        let (resolve, symbol_deps) = resolve_undefined(host, m, &exports)?;
+        let (symbols, copy_img) = link_image(m, lay, &at, &resolve, &mut mem).with_context(|| format!("{}", c.path.display()))?;
+        s.link = us(t);
+        let t = Instant::now();
+        load_image(host, &c.meta.name, lay, &at, mem, copy_img, log)?;
+        s.load = us(t);
+        let deps = module_deps(c, &order[..k], loaded, replacing, &symbol_deps);
+        let exp = publish_exports(&symbols, &c.meta.name, &mut exports);
+        let rec = record(c, lay, deps, symbol_deps, exp);
+        staged.push(Staged { rec, symbols, stages: s, rx: at.rx, rw: at.rw });
+    }
+    Ok(staged)
+}
+
+/// The loaded modules' exports (but the one a swap removes): name ->
+/// (address, module).
+fn loaded_exports(loaded: &[Loaded], replacing: Option<&Loaded>) -> HashMap<String, (u64, String)> {
+    let mut exports = HashMap::new();
+    for l in loaded {
         if replacing.map_or(false, |r| r.id == l.id) {
             continue;
         }
@@ -401,160 +515,219 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
             exports.insert(n.clone(), (*a, l.rec.name.clone()));
         }
     }
-    for (k, (c, m)) in order.iter().zip(&parsed).enumerate() {
-        let lay = &layouts[k];
-        let mut s = Stages { prelink: prelink_t[k], ..Default::default() };
-        let t = Instant::now();
-        let (rx, rw, _) = host.alloc(lay.rx_size, lay.rw_size)?;
-        // The host's RX part is rw - rx bytes; the memfd holds it and the
-        // RW part's data (the bss after it stays anonymous in the host).
-        let rx_part = (rw - rx) as usize;
-        let file_len = rx_part + if lay.rw_image_size() > 0 { page(lay.rw_image_size()) as usize } else { 0 };
-        let mut mem = None;
-        if !o.copy && file_len > 0 {
-            match crate::memfd::MemImage::new(&c.meta.name, file_len, file_len) {
-                Ok(m) => mem = Some(m),
-                Err(e) => log.push(format!("{}: no zero-copy load ({e:#}): copying through the socket", c.meta.name)),
-            }
+    exports
+}
+
+/// Where the host put a module: its RX and RW parts, the host's RX part's
+/// size (rw - rx bytes), and the bytes of the memfd image (the RX part, then
+/// the RW part's data; the bss after it stays anonymous in the host).
+struct Placement {
+    rx: u64,
+    rw: u64,
+    rx_part: usize,
+    file_len: usize,
+}
+
+/// Stage 4: the host's memory for the module, and the memfd its image is
+/// linked into (none with `copy`, or if it cannot be made: the images then
+/// go through the socket).
+fn allocate(
+    host: &mut Host,
+    name: &str,
+    lay: &link::Layout,
+    copy: bool,
+    log: &mut Vec<String>,
+) -> Result<(Placement, Option<crate::memfd::MemImage>)> {
+    let (rx, rw, _) = host.alloc(lay.rx_size, lay.rw_size)?;
+    let rx_part = (rw - rx) as usize;
+    let file_len = rx_part + if lay.rw_image_size() > 0 { page(lay.rw_image_size()) as usize } else { 0 };
+    let mut mem = None;
+    if !copy && file_len > 0 {
+        match crate::memfd::MemImage::new(name, file_len, file_len) {
+            Ok(m) => mem = Some(m),
+            Err(e) => log.push(format!("{name}: no zero-copy load ({e:#}): copying through the socket")),
         }
-        s.alloc = us(t);
-        let t = Instant::now();
-        let mut resolve = HashMap::new();
-        let mut symbol_deps = Vec::new();
-        let mut ask = Vec::new();
-        for (name, _) in m.undefined() {
-            match exports.get(&name) {
-                Some((a, owner)) => {
-                    resolve.insert(name, *a);
-                    if !symbol_deps.contains(owner) {
-                        symbol_deps.push(owner.clone());
-                    }
+    }
+    Ok((Placement { rx, rw, rx_part, file_len }, mem))
+}
+
+/// The addresses of the module's undefined names: from the exports of the
+/// modules before it, else from the host. Also the modules those exports
+/// come from (the module's symbol dependencies).
+fn resolve_undefined(
+    host: &mut Host,
+    m: &Module,
+    exports: &HashMap<String, (u64, String)>,
+) -> Result<(HashMap<String, u64>, Vec<String>)> {
+    let mut resolve = HashMap::new();
+    let mut symbol_deps = Vec::new();
+    let mut ask = Vec::new();
+    for (name, _) in m.undefined() {
+        match exports.get(&name) {
+            Some((a, owner)) => {
+                resolve.insert(name, *a);
+                if !symbol_deps.contains(owner) {
+                    symbol_deps.push(owner.clone());
                 }
-                None => ask.push(name),
             }
+            None => ask.push(name),
         }
-        if !ask.is_empty() {
-            for (n, a) in ask.iter().zip(host.resolve(&ask)?) {
-                resolve.insert(n.clone(), a);
-            }
+    }
+    if !ask.is_empty() {
+        for (n, a) in ask.iter().zip(host.resolve(&ask)?) {
+            resolve.insert(n.clone(), a);
         }
-        let linked = match &mut mem {
-            Some(mi) => {
-                let (rx_img, rw_img) = mi.split(rx_part);
-                m.link_into(lay, rx, rw, &resolve, rx_img, rw_img).map(|sy| (sy, None))
+    }
+    Ok((resolve, symbol_deps))
+}
+
+/// The RX and RW images to copy through the socket, when the module is
+/// not linked into a memfd.
+type CopyImages = Option<(Vec<u8>, Vec<u8>)>;
+
+/// Stage 5: the link, into the memfd if there is one, else into images to
+/// copy. Returns the module's defined symbols.
+fn link_image(
+    m: &Module,
+    lay: &link::Layout,
+    at: &Placement,
+    resolve: &HashMap<String, u64>,
+    mem: &mut Option<crate::memfd::MemImage>,
+) -> Result<(link::Symbols, CopyImages)> {
+    match mem {
+        Some(mi) => {
+            let (rx_img, rw_img) = mi.split(at.rx_part);
+            m.link_into(lay, at.rx, at.rw, resolve, rx_img, rw_img).map(|sy| (sy, None))
+        }
+        None => m.link(lay, at.rx, at.rw, resolve).map(|img| (img.symbols, Some((img.rx, img.rw)))),
+    }
+}
+
+/// Stage 6, load: the host maps the memfd over the staged memory, or (no
+/// memfd, or the host could not map it) the images go through the socket
+/// and the RX part is then made r-x.
+fn load_image(
+    host: &mut Host,
+    name: &str,
+    lay: &link::Layout,
+    at: &Placement,
+    mut mem: Option<crate::memfd::MemImage>,
+    copy_img: CopyImages,
+    log: &mut Vec<String>,
+) -> Result<()> {
+    // The memfd is sealed before it goes: our writable mapping is
+    // unmapped first, so nobody can change the code once the host has it.
+    let mapped = match &mut mem {
+        Some(mi) => match mi.seal() {
+            Err(e) => {
+                log.push(format!("{name}: {e:#}: copying through the socket"));
+                false
             }
-            None => m.link(lay, rx, rw, &resolve).map(|img| (img.symbols, Some((img.rx, img.rw)))),
-        };
-        let (symbols, copy_img) = linked.with_context(|| format!("{}", c.path.display()))?;
-        s.link = us(t);
-        // Load: the host maps the memfd over the staged memory, or (no
-        // memfd, or the host could not map it) the images go through the
-        // socket and the RX part is then made r-x.
-        let t = Instant::now();
-        // The memfd is sealed before it goes: our writable mapping is
-        // unmapped first, so nobody can change the code once the host has it.
-        let mapped = match &mut mem {
-            Some(mi) => match mi.seal() {
+            Ok(()) => match host.map(at.rx, at.file_len as u64, mi.fd()) {
+                Ok(_) => true,
                 Err(e) => {
-                    log.push(format!("{}: {e:#}: copying through the socket", c.meta.name));
+                    log.push(format!("{name}: the host could not map the image ({e:#}): copying through the socket"));
                     false
                 }
-                Ok(()) => match host.map(rx, file_len as u64, mi.fd()) {
-                    Ok(_) => true,
-                    Err(e) => {
-                        log.push(format!("{}: the host could not map the image ({e:#}): copying through the socket", c.meta.name));
-                        false
-                    }
-                },
             },
-            None => false,
+        },
+        None => false,
+    };
+    let read_back = match (&mem, mapped) {
+        (Some(mi), false) => Some(mi.contents()?),
+        _ => None,
+    };
+    if !mapped {
+        let (rx_b, rw_b): (&[u8], &[u8]) = match (&read_back, &copy_img) {
+            (Some(a), _) => (&a[..lay.rx_size as usize], &a[at.rx_part..at.rx_part + lay.rw_image_size() as usize]),
+            (None, Some((x, w))) => (x, w),
+            (None, None) => (&[], &[]),
         };
-        let read_back = match (&mem, mapped) {
-            (Some(mi), false) => Some(mi.contents()?),
-            _ => None,
-        };
-        if !mapped {
-            let (rx_b, rw_b): (&[u8], &[u8]) = match (&read_back, &copy_img) {
-                (Some(a), _) => {
-                    (&a[..lay.rx_size as usize], &a[rx_part..rx_part + lay.rw_image_size() as usize])
-                }
-                (None, Some((x, w))) => (x, w),
-                (None, None) => (&[], &[]),
-            };
-            if !rx_b.is_empty() {
-                host.write(rx, rx_b)?;
-            }
-            if !rw_b.is_empty() {
-                host.write(rw, rw_b)?;
-            }
-            host.protect(rx)?;
+        if !rx_b.is_empty() {
+            host.write(at.rx, rx_b)?;
         }
-        drop(mem);
-        s.load = us(t);
-        let mut deps: Vec<String> = symbol_deps.clone();
-        for req in &c.meta.requires {
-            let from_loaded = loaded_provider(&loaded, replacing, &req.name);
-            let from_plan = order[..k].iter().find(|o| o.meta.implements.iter().any(|i| i.iface.name == req.name));
-            if let Some(n) = from_loaded.map(|l| l.rec.name.clone()).or(from_plan.map(|o| o.meta.name.clone())) {
-                if !deps.contains(&n) {
-                    deps.push(n);
-                }
-            }
+        if !rw_b.is_empty() {
+            host.write(at.rw, rw_b)?;
         }
-        let mut exp = BTreeMap::new();
-        for (n, (a, global)) in &symbols {
-            if *global {
-                exp.insert(n.clone(), *a);
-                exports.insert(n.clone(), (*a, c.meta.name.clone()));
-            }
-        }
-        let rec = Record {
-            name: c.meta.name.clone(),
-            version: c.meta.version.clone(),
-            file: c.path.canonicalize().unwrap_or(c.path.clone()).display().to_string(),
-            file_bytes: c.bytes.len() as u64,
-            payload: lay.payload,
-            rx: lay.rx_size,
-            rw: lay.rw_size,
-            implements: c.meta.implements.clone(),
-            requires: c.meta.requires.clone(),
-            deps,
-            symbol_deps,
-            auto: c.auto,
-            exports: exp,
-            loaded_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        };
-        staged.push((rec, symbols, s, rx, rw));
+        host.protect(at.rx)?;
     }
+    drop(mem);
+    Ok(())
+}
 
-    // 7. Registration, in dependency order; a failure unloads what this
-    // load registered, and dropping the connection frees the rest.
+/// The modules one needs: those it links against by symbol, then the
+/// providers of the interfaces it requires (loaded, or `earlier` in the
+/// plan).
+fn module_deps(
+    c: &Candidate,
+    earlier: &[Candidate],
+    loaded: &[Loaded],
+    replacing: Option<&Loaded>,
+    symbol_deps: &[String],
+) -> Vec<String> {
+    let mut deps: Vec<String> = symbol_deps.to_vec();
+    for req in &c.meta.requires {
+        let from_loaded = loaded_provider(loaded, replacing, &req.name);
+        let from_plan = earlier.iter().find(|o| o.meta.implements.iter().any(|i| i.iface.name == req.name));
+        if let Some(n) = from_loaded.map(|l| l.rec.name.clone()).or(from_plan.map(|o| o.meta.name.clone())) {
+            if !deps.contains(&n) {
+                deps.push(n);
+            }
+        }
+    }
+    deps
+}
+
+/// The module's global symbols, added to `exports` for the modules after
+/// it.
+fn publish_exports(symbols: &link::Symbols, owner: &str, exports: &mut HashMap<String, (u64, String)>) -> BTreeMap<String, u64> {
+    let mut exp = BTreeMap::new();
+    for (n, (a, global)) in symbols {
+        if *global {
+            exp.insert(n.clone(), *a);
+            exports.insert(n.clone(), (*a, owner.to_string()));
+        }
+    }
+    exp
+}
+
+/// The record the host keeps for the module.
+fn record(c: &Candidate, lay: &link::Layout, deps: Vec<String>, symbol_deps: Vec<String>, exports: BTreeMap<String, u64>) -> Record {
+    Record {
+        name: c.meta.name.clone(),
+        version: c.meta.version.clone(),
+        file: c.path.canonicalize().unwrap_or(c.path.clone()).display().to_string(),
+        file_bytes: c.bytes.len() as u64,
+        payload: lay.payload,
+        rx: lay.rx_size,
+        rw: lay.rw_size,
+        implements: c.meta.implements.clone(),
+        requires: c.meta.requires.clone(),
+        deps,
+        symbol_deps,
+        auto: c.auto,
+        exports,
+        loaded_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+    }
+}
+
+/// Stage 7: registration, in dependency order (the last module replaces
+/// the swapped one); a failure unloads what this load registered, and
+/// dropping the connection frees the rest.
+fn register(
+    host: &mut Host,
+    order: &[Candidate],
+    staged: Vec<Staged>,
+    replacing: Option<&Loaded>,
+    log: &mut Vec<String>,
+) -> Result<Vec<LoadedReport>> {
     let mut done: Vec<(u32, String)> = Vec::new();
     let mut reports = Vec::new();
     let n_mod = staged.len();
-    for (k, (rec, symbols, mut s, rx, rw)) in staged.into_iter().enumerate() {
+    for (k, Staged { rec, symbols, stages: mut s, rx, rw }) in staged.into_iter().enumerate() {
         let t = Instant::now();
-        let c = &order[k];
-        let sym = |n: &str| -> Result<u64> {
-            symbols.get(n).map(|(a, _)| *a).with_context(|| format!("{}: symbol {n} is not defined", rec.name))
-        };
-        let init = c.meta.init.as_deref().map(sym).transpose()?.unwrap_or(0);
-        let exit = c.meta.exit.as_deref().map(sym).transpose()?.unwrap_or(0);
-        let mut body = Out::default();
         let replace_id = if k + 1 == n_mod { replacing.map_or(0, |r| r.id) } else { 0 };
-        body.u32(replace_id).bytes(&serde_json::to_vec(&rec)?).u64(rx).u64(rw).u64(init).u64(exit);
-        body.u32(rec.implements.len() as u32);
-        for imp in &rec.implements {
-            body.str(&imp.iface.name).u32(imp.symbols.len() as u32);
-            let names = meta::prototypes(&imp.iface.text);
-            for (j, s) in imp.symbols.iter().enumerate() {
-                body.str(names.get(j).map(|(n, _)| n.as_str()).unwrap_or(s)).u64(sym(s)?);
-            }
-        }
-        body.str(&rec.name).u32(rec.deps.len() as u32);
-        for d in &rec.deps {
-            body.str(d);
-        }
+        let body = commit_body(&order[k], &rec, &symbols, replace_id, rx, rw)?;
         let reply = host.call(Msg::Commit, &body);
         let b = match reply {
             Ok(b) => b,
@@ -572,10 +745,39 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
         done.push((id, rec.name.clone()));
         reports.push(LoadedReport { name: rec.name.clone(), id, auto: rec.auto, payload: rec.payload, rx: rec.rx, rw: rec.rw, stages: s });
     }
-    let total = us(t_all);
-    // The checks and the dependency walk are charged to the module asked
-    // for (the last one); "other" is the rest of the wall time: connecting,
-    // HELLO, reading the files. Dependencies' totals are their own stages.
+    Ok(reports)
+}
+
+/// The COMMIT message for one module: the module it replaces (0: none),
+/// its record, memory, init and exit, the functions of each interface it
+/// implements, and its dependencies.
+fn commit_body(c: &Candidate, rec: &Record, symbols: &link::Symbols, replace_id: u32, rx: u64, rw: u64) -> Result<Out> {
+    let sym = |n: &str| -> Result<u64> {
+        symbols.get(n).map(|(a, _)| *a).with_context(|| format!("{}: symbol {n} is not defined", rec.name))
+    };
+    let init = c.meta.init.as_deref().map(sym).transpose()?.unwrap_or(0);
+    let exit = c.meta.exit.as_deref().map(sym).transpose()?.unwrap_or(0);
+    let mut body = Out::default();
+    body.u32(replace_id).bytes(&serde_json::to_vec(rec)?).u64(rx).u64(rw).u64(init).u64(exit);
+    body.u32(rec.implements.len() as u32);
+    for imp in &rec.implements {
+        body.str(&imp.iface.name).u32(imp.symbols.len() as u32);
+        let names = meta::prototypes(&imp.iface.text);
+        for (j, s) in imp.symbols.iter().enumerate() {
+            body.str(names.get(j).map(|(n, _)| n.as_str()).unwrap_or(s)).u64(sym(s)?);
+        }
+    }
+    body.str(&rec.name).u32(rec.deps.len() as u32);
+    for d in &rec.deps {
+        body.str(d);
+    }
+    Ok(body)
+}
+
+/// The checks and the dependency walk are charged to the module asked for
+/// (the last one); "other" is the rest of the wall time: connecting, HELLO,
+/// reading the files. Dependencies' totals are their own stages.
+fn charge_totals(reports: &mut [LoadedReport], check_t: f64, deps_t: f64, total: f64) {
     let n = reports.len();
     let mut deps_sum = 0.0;
     for (k, r) in reports.iter_mut().enumerate() {
@@ -593,14 +795,6 @@ pub fn load(host: &mut Host, o: &LoadOptions) -> Result<LoadReport> {
             deps_sum += sum;
         }
     }
-    log.push(format!("HELLO took {other_hello:.0} us"));
-    Ok(LoadReport {
-        modules: reports,
-        evicted,
-        replaced: replacing.map(|r| r.rec.name.clone()),
-        total_us: total,
-        log,
-    })
 }
 
 #[derive(Debug, Clone, Serialize)]
