@@ -4,7 +4,7 @@
  * in the environment it starts the command thread (socket from
  * BUNKAI_HOST_SOCKET, or the default). Without it, it does nothing, so
  * linking the shared library never changes a program's behaviour.
- * Rules: as host.c; nothing else runs at load time.
+ * Rules: host.h; nothing else runs at load time.
  */
 #include "../include/bunkai_mod.h"
 

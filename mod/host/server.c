@@ -1,0 +1,218 @@
+/*
+ * server.c - the command thread: bunkai_host_start makes the socket and
+ * starts it; it admits connections, serves them one at a time once they
+ * have sent something, and dispatches each message. Rules: host.h.
+ */
+#include "host.h"
+
+/* One receive buffer, grown as needed and kept: a fresh malloc per 1 MB
+ * message would map and fault new pages each time (glibc serves big blocks
+ * with mmap), making load times depend on the host's history. */
+static unsigned char *rbuf;
+static size_t rcap;
+
+static void serve(int fd) {
+  struct session s = {.passed_fd = -1};
+  for (;;) {
+    uint32_t hdr[2];
+    if (read_full(fd, hdr, 4, &s.passed_fd))
+      break;
+    if (hdr[0] < 4 || hdr[0] > MAX_MSG) {
+      send_err(fd, "message of %u bytes refused", hdr[0]);
+      break;
+    }
+    struct msg m = {0};
+    m.len = hdr[0] - 4;
+    if (m.len + 1 > rcap) {
+      unsigned char *p = realloc(rbuf, m.len + 1);
+      if (!p) {
+        send_err(fd, "out of memory for a %zu-byte message", m.len);
+        break;
+      }
+      rbuf = p;
+      rcap = m.len + 1;
+    }
+    m.p = rbuf;
+    if (read_full(fd, &hdr[1], 4, &s.passed_fd) ||
+        (m.len && read_full(fd, m.p, m.len, &s.passed_fd)))
+      break;
+    int rc;
+    switch (hdr[1]) {
+    case BUNKAI_MSG_HELLO:
+      rc = do_hello(fd);
+      break;
+    case BUNKAI_MSG_RESOLVE:
+      rc = do_resolve(fd, &m);
+      break;
+    case BUNKAI_MSG_ALLOC:
+      rc = do_alloc(fd, &s, &m);
+      break;
+    case BUNKAI_MSG_WRITE:
+      rc = do_write(fd, &s, &m);
+      break;
+    case BUNKAI_MSG_PROTECT:
+      rc = do_protect(fd, &s, &m);
+      break;
+    case BUNKAI_MSG_COMMIT:
+      rc = do_commit(fd, &s, &m);
+      break;
+    case BUNKAI_MSG_UNLOAD:
+      rc = do_unload(fd, &m);
+      break;
+    case BUNKAI_MSG_EVICT:
+      rc = do_evict(fd, &s, &m);
+      break;
+    case BUNKAI_MSG_MAP:
+      rc = do_map(fd, &s, &m);
+      break;
+    case BUNKAI_MSG_UNLOAD_NAME:
+      rc = do_unload_name(fd, &m);
+      break;
+    default:
+      rc = send_err(fd, "unknown message type %u", hdr[1]);
+    }
+    if (rc)
+      break;
+  }
+  /* Whatever this connection staged and did not commit goes away. */
+  rollback(&s);
+}
+
+static int listen_fd = -1;
+
+/* Connections are served one at a time (a connection is a transaction),
+ * each only once it has sent something: until then it waits in `pending`,
+ * so a client that connects and stays silent holds up nobody, and is
+ * closed after IDLE_MS. */
+static void *command_thread(void *arg) {
+  (void)arg;
+  struct {
+    int fd;
+    uint64_t since;
+  } pending[MAX_PENDING];
+  int npending = 0;
+  for (;;) {
+    struct pollfd pf[MAX_PENDING + 1];
+    pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+    for (int k = 0; k < npending; k++)
+      pf[k + 1] = (struct pollfd){.fd = pending[k].fd, .events = POLLIN};
+    int n = poll(pf, (nfds_t)npending + 1, 1000);
+    if (n < 0 && errno != EINTR)
+      return NULL;
+    uint64_t now = now_ns();
+    /* The oldest connection that has sent something (or hung up). */
+    int ready = -1;
+    for (int k = 0; n > 0 && k < npending && ready < 0; k++)
+      if (pf[k + 1].revents)
+        ready = k;
+    if (ready >= 0) {
+      int fd = pending[ready].fd;
+      pending[ready] = pending[--npending];
+      txn_deadline = now_ns() + (uint64_t)TXN_MS * 1000000u;
+      serve(fd);
+      close(fd);
+      continue;
+    }
+    for (int k = 0; k < npending;)
+      if (now - pending[k].since > (uint64_t)IDLE_MS * 1000000u) {
+        close(pending[k].fd);
+        pending[k] = pending[--npending];
+      } else {
+        k++;
+      }
+    if (n > 0 && (pf[0].revents & POLLIN)) {
+      int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE)
+          usleep(10000); /* out of descriptors: not a busy loop meanwhile */
+        if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN ||
+            errno == EMFILE || errno == ENFILE)
+          continue;
+        return NULL;
+      }
+      if (!admit(fd)) {
+        close(fd);
+        continue;
+      }
+      if (npending == MAX_PENDING) { /* the oldest silent one makes room */
+        int old = 0;
+        for (int k = 1; k < npending; k++)
+          if (pending[k].since < pending[old].since)
+            old = k;
+        close(pending[old].fd);
+        pending[old] = pending[--npending];
+      }
+      pending[npending].fd = fd;
+      pending[npending].since = now_ns();
+      npending++;
+    }
+  }
+}
+
+EXPORT int bunkai_host_start(const char *path) {
+  if (listen_fd >= 0)
+    return 0;
+  char def[108];
+  if (!path)
+    path = getenv("BUNKAI_HOST_SOCKET");
+  if (!path || !*path) {
+    if (default_dir(def, sizeof def))
+      return -1;
+    sweep_dead_sockets(def);
+    size_t used_len = strlen(def), room = sizeof def - used_len;
+    if ((size_t)snprintf(def + used_len, room, "/%d.sock", (int)getpid()) >=
+        room) {
+      fprintf(stderr, "bunkai mod: the socket path in %s is too long (set "
+                      "BUNKAI_HOST_SOCKET to a shorter path)\n", def);
+      return -1;
+    }
+    path = def;
+  }
+  if (strlen(path) >= sizeof sock_path) {
+    fprintf(stderr, "bunkai mod: socket path %s is longer than %zu bytes "
+                    "(choose a shorter one)\n", path, sizeof sock_path - 1);
+    return -1;
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    fprintf(stderr, "bunkai mod: cannot create the host's socket: %s (check "
+                    "the process's descriptor limit)\n", strerror(errno));
+    return -1;
+  }
+  /* Listening before the socket has its name: bind PATH.tmp, listen, then
+   * rename (another host's sweep must never find PATH without a listener). */
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s.tmp", path) >= sizeof a.sun_path)
+    strcpy(a.sun_path, path); /* no room for the suffix: the name at once */
+  unlink(a.sun_path);
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16) ||
+      chmod(a.sun_path, 0600) ||
+      (strcmp(a.sun_path, path) && rename(a.sun_path, path))) {
+    fprintf(stderr, "bunkai mod: cannot listen on %s: %s (check the "
+                    "directory exists and is writable)\n", path,
+            strerror(errno));
+    unlink(a.sun_path);
+    close(fd);
+    return -1;
+  }
+  strcpy(sock_path, path);
+  listen_fd = fd;
+  atexit(remove_socket);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, command_thread, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc) {
+    fprintf(stderr, "bunkai mod: cannot start the host's command thread: %s "
+                    "(check the process's thread limit)\n", strerror(rc));
+    close(fd);
+    listen_fd = -1;
+    unlink(path);
+    sock_path[0] = 0;
+    return -1;
+  }
+  pthread_detach(t);
+  return 0;
+}
