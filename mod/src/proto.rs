@@ -127,7 +127,7 @@ pub fn current_uid() -> u32 {
 /// What is wrong with `dir` as a directory of ours alone (None: nothing):
 /// it must be a real directory (not a symbolic link to one), owned by us,
 /// with no permission for group or others. The host checks the same
-/// before it makes its socket there (mod/host/host.c, private_dir_problem).
+/// before it makes its socket there (mod/host/socket.c, private_dir_problem).
 pub fn private_dir_problem(dir: &Path) -> Option<String> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let d = dir.display();
