@@ -1,4 +1,4 @@
-//! The flow-ID runtime of `bunkai flow` (flow/runtime/flow.c): its C unit
+//! The flow-ID runtime of `bunkai flow` (flow/runtime/): its C unit
 //! tests (flow/runtime/test_flow.c, built by `make` against the shared and
 //! the static library), and the rules of a library that lives inside other
 //! processes, checked on the built files.
