@@ -104,6 +104,39 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     }
     check_flags(&opts.flags)?;
     let kinds: Vec<InputKind> = opts.inputs.iter().map(|p| classify(p)).collect::<Result<_>>()?;
+    let name = program_name(opts)?;
+    prepare_out(&opts.out)?;
+    let tc = Toolchain::discover()?;
+    let tmp = temp_root(&opts.out)?;
+    let _cleanup = bunkai_common::files::remove_on_interrupt(tmp.path());
+    let b = Build::new(opts, tc, name, tmp.path().to_path_buf())?;
+
+    // 1. Bitcode per input, tagged with its source file.
+    let tus = b.tagged_bitcode(&kinds)?;
+    // 2. One module.
+    let whole = b.one_module(&tus)?;
+    b.optimise_whole(&whole, &kinds)?;
+    // 3. The passes.
+    let split = b.split(&whole)?;
+    // 4. The launcher.
+    let launcher_rel = b.launcher(&split)?;
+    // 5. The libraries.
+    let empty_so = b.libraries(&split.stubs)?;
+    b.keep_function_modules(&split.stubs)?;
+    // 6. The original, from the same inputs and flags.
+    let original = b.original()?;
+    // 7. Names for the runtime's messages, the manifest, and into place.
+    b.write_names(&split.stubs)?;
+    let manifest = b.manifest(&split, launcher_rel, &empty_so, original);
+    manifest.write(&b.root)?;
+    let log = decision_log(&manifest, &split.log_text);
+    finish(tmp, &b.work, opts)?;
+    Ok(Summary { manifest, log })
+}
+
+/// The program's name: --name, else the first input's stem (without a
+/// leading "lib").
+fn program_name(opts: &Options) -> Result<String> {
     let name = match &opts.name {
         Some(n) => n.clone(),
         None => opts.inputs[0]
@@ -116,282 +149,366 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     if name.is_empty() || name.contains('/') || name.starts_with('.') {
         bail!("bad program name {name:?} (give --name NAME)");
     }
-    prepare_out(&opts.out)?;
-    let tc = Toolchain::discover()?;
+    Ok(name)
+}
 
-    let parent = opts
-        .out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let outname = opts.out.file_name().and_then(|s| s.to_str()).unwrap_or("out");
-    let tmp = tempfile::Builder::new()
+/// The directory the output is built in, beside `out`, so that it can be
+/// renamed into place.
+fn temp_root(out: &Path) -> Result<tempfile::TempDir> {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let outname = out.file_name().and_then(|s| s.to_str()).unwrap_or("out");
+    tempfile::Builder::new()
         .prefix(&format!(".{outname}.bunkai-tmp-"))
         .tempdir_in(parent)
-        .with_context(|| format!("cannot create a directory in {}", parent.display()))?;
-    let root = tmp.path().to_path_buf();
-    let _cleanup = bunkai_common::files::remove_on_interrupt(&root);
-    let work = root.join("work");
-    let split = work.join("split");
-    std::fs::create_dir_all(&split)?;
-    let libdir_rel = format!("lib/{name}");
-    std::fs::create_dir_all(root.join(&libdir_rel))?;
-    std::fs::create_dir_all(root.join("original"))?;
+        .with_context(|| format!("cannot create a directory in {}", parent.display()))
+}
 
-    let mut cflags: Vec<String> = opts.flags.clone();
-    if opts.lib && !cflags.iter().any(|f| f == "-fPIC" || f == "-fpic") {
-        cflags.push("-fPIC".into());
-    }
-    let quiet = "-Wno-unused-command-line-argument".to_string();
-
-    // 1. Bitcode per input, tagged with its source file.
-    let mut tus = Vec::new();
-    for (i, (input, kind)) in opts.inputs.iter().zip(&kinds).enumerate() {
-        let raw = work.join(format!("tu{i}.raw.bc"));
-        let tagged = work.join(format!("tu{i}.bc"));
-        let src_for_opt = if *kind == InputKind::C {
-            run(
-                Command::new(&tc.clang)
-                    .args(["-c", "-emit-llvm"])
-                    .args(&cflags)
-                    .arg(&quiet)
-                    .arg("-o")
-                    .arg(&raw)
-                    .arg(input),
-                &format!("compiling {}", input.display()),
-            )
-            .map_err(|e| {
-                anyhow::anyhow!("{e:#}; {} does not compile (fix the errors above)", input.display())
-            })?;
-            raw.clone()
-        } else {
-            input.clone()
-        };
-        run(
-            Command::new(&tc.opt)
-                .arg(format!("-load-pass-plugin={}", tc.plugin().display()))
-                .arg("-passes=bunkai-tag-source")
-                .arg(&src_for_opt)
-                .arg("-o")
-                .arg(&tagged),
-            &format!("reading {}", input.display()),
-        )
-        .map_err(|e| anyhow::anyhow!("{e:#}; {} is not valid LLVM IR (regenerate it with clang-14)", input.display()))?;
-        tus.push(tagged);
-    }
-
-    // 2. One module.
-    let whole = work.join("whole.bc");
-    if tus.len() == 1 {
-        std::fs::copy(&tus[0], &whole)?;
-    } else {
-        run(
-            Command::new(&tc.llvm_link).args(&tus).arg("-o").arg(&whole),
-            "linking the bitcode",
-        )?;
-    }
-
-    // Bitcode inputs are usually LTO pre-link IR: the original built from
-    // them gets a whole-program optimisation at link time, so the scattered
-    // program gets the same pipeline before it is split. C inputs were
-    // optimised per translation unit above, exactly like the original.
-    let level = opt_level(&opts.flags);
-    if kinds.iter().any(|k| *k != InputKind::C) && level != "-O0" {
-        let optimized = work.join("whole.opt.bc");
-        run(
-            Command::new(&tc.opt)
-                .arg(format!("-passes=default<O{}>", &level[2..]))
-                .arg(&whole)
-                .arg("-o")
-                .arg(&optimized),
-            "optimising the whole program",
-        )?;
-        std::fs::rename(&optimized, &whole)?;
-    }
-
-    // 3. The passes.
-    let launcher_bc = work.join("launcher.bc");
-    let log_path = work.join("decisions.log");
-    let plugin = tc.plugin();
-    run(
-        Command::new(&tc.opt)
-            .arg(format!("-load={}", plugin.display()))
-            .arg(format!("-load-pass-plugin={}", plugin.display()))
-            .arg("-passes=bunkai-assign-ids,bunkai-externalize,bunkai-merge-statics,bunkai-split")
-            .arg(format!("-bunkai-split-dir={}", split.display()))
-            .arg(format!("-bunkai-log={}", log_path.display()))
-            .arg(&whole)
-            .arg("-o")
-            .arg(&launcher_bc),
-        "splitting the program",
-    )?;
-    let stubs = stubs::parse_stubs_tsv(&std::fs::read_to_string(split.join("stubs.tsv"))?)?;
-    let exports: Vec<String> = std::fs::read_to_string(split.join("exports.txt"))?
-        .lines()
-        .map(String::from)
-        .collect();
-    let imports: Vec<(String, char)> = std::fs::read_to_string(split.join("imports.txt"))?
-        .lines()
-        .filter_map(|l| l.split_once('\t'))
-        .map(|(n, k)| (n.to_string(), k.chars().next().unwrap_or('d')))
-        .collect();
-    let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
-
-    // 4. The launcher.
-    let launcher_rel = if opts.lib {
-        format!("lib/lib{name}.so")
-    } else {
-        format!("bin/{name}")
-    };
-    let launcher = root.join(&launcher_rel);
-    std::fs::create_dir_all(launcher.parent().unwrap())?;
-    let stubs_s = work.join("stubs.S");
-    let libdir_from_launcher = if opts.lib { name.clone() } else { format!("../lib/{name}") };
-    std::fs::write(&stubs_s, stubs::generate(&stubs, &libdir_from_launcher, opts.lib, &imports))?;
-    let launcher_o = work.join("launcher.o");
-    run(
-        Command::new(&tc.clang)
-            .arg("-c")
-            .args(&cflags)
-            .args([&quiet, "-Xclang", "-disable-llvm-passes"])
-            .arg("-o")
-            .arg(&launcher_o)
-            .arg(&launcher_bc),
-        "compiling the launcher",
-    )?;
-    let mut link = Command::new(&tc.clang);
-    link.arg("-fuse-ld=lld").args(&cflags).arg(&quiet).arg("-o").arg(&launcher);
-    link.arg(&launcher_o).arg(&stubs_s);
-    link.arg("-Wl,--whole-archive").arg(tc.runtime()).arg("-Wl,--no-whole-archive");
-    if opts.lib {
-        link.arg("-shared");
-        if !opts.flags.iter().any(|f| f.contains("-soname")) {
-            link.arg(format!("-Wl,-soname,lib{name}.so"));
-        }
-    } else {
-        let dynlist = work.join("exports.dynlist");
-        let mut t = String::from("{\n");
-        for e in &exports {
-            t.push_str(&format!("  \"{e}\";\n"));
-        }
-        t.push_str("};\n");
-        std::fs::write(&dynlist, t)?;
-        link.arg(format!("-Wl,--dynamic-list={}", dynlist.display()));
-    }
-    link.arg("-Wl,-s");
-    run(&mut link, "linking the launcher")?;
-
-    // 5. The libraries.
-    let template = lower::link_template(&tc, &work, &library_link_flags(&opts.flags))?;
-    let mut jobs = Vec::with_capacity(stubs.len() + 1);
-    for st in &stubs {
-        jobs.push(Job {
-            inputs: vec![split.join(format!("{}{:x}.bc", layout::LIB_PREFIX, st.id))],
-            group: false,
-            output: root.join(&libdir_rel).join(layout::lib_file(st.id)),
-            what: format!("{} ({})", st.name, st.source),
-        });
-    }
-    // An empty module measures the per-library overhead (§5.1).
-    let empty_ll = work.join("empty.ll");
-    std::fs::write(&empty_ll, "target triple = \"x86_64-pc-linux-gnu\"\n")?;
-    let empty_bc = work.join("empty.bc");
-    run(
-        Command::new(&tc.opt).arg(&empty_ll).arg("-o").arg(&empty_bc),
-        "building the empty library",
-    )?;
-    let empty_so = work.join("empty.so");
-    jobs.push(Job {
-        inputs: vec![empty_bc],
-        group: false,
-        output: empty_so.clone(),
-        what: "(empty library)".into(),
-    });
-    lower::run(&tc, &template, level, jobs, opts.jobs, opts.progress)?;
-
-    // Keep each function's module: `bunkai group` links groups from them.
-    let bcdir = root.join(format!("{}/{name}", layout::BC_DIR));
-    std::fs::create_dir_all(&bcdir)?;
-    for st in &stubs {
-        let f = format!("{}{:x}.bc", layout::LIB_PREFIX, st.id);
-        std::fs::rename(split.join(&f), bcdir.join(&f))?;
-    }
-
-    // 6. The original, from the same inputs and flags.
-    let orig_name = if opts.lib { format!("lib{name}.so") } else { name.clone() };
-    let orig_unstripped = work.join(format!("{orig_name}.unstripped"));
-    let mut oc = Command::new(&tc.clang);
-    oc.arg("-fuse-ld=lld").args(&cflags).arg(&quiet).arg("-o").arg(&orig_unstripped);
-    oc.args(&opts.inputs);
-    if opts.lib {
-        oc.arg("-shared");
-    }
-    run(&mut oc, "building the original program")?;
-    let orig_rel = format!("original/{orig_name}");
-    run(
-        Command::new(&tc.strip)
-            .arg("-o")
-            .arg(root.join(&orig_rel))
-            .arg(&orig_unstripped),
-        "stripping the original program",
-    )?;
-
-    // 7. Names for the runtime's messages, the manifest, and into place.
-    let mut names = String::new();
-    for st in &stubs {
-        names.push_str(&format!("{:x}\t{}\t{}\n", st.id, st.name, st.source));
-    }
-    std::fs::write(root.join(&libdir_rel).join(layout::NAMES_FILE), names)?;
-
-    let overhead = file_size(&empty_so);
-    let functions: Vec<FunctionEntry> = stubs
-        .iter()
-        .map(|st: &Stub| {
-            let library = format!("{libdir_rel}/{}", layout::lib_file(st.id));
-            FunctionEntry {
-                id: st.id,
-                name: st.name.clone(),
-                stub: st.symbol.clone(),
-                source: st.source.clone(),
-                size: file_size(&root.join(&library)),
-                library,
-            }
-        })
-        .collect();
-    let (kept, globals) = parse_log(&log_text);
-    let manifest = Manifest {
-        format: FORMAT.into(),
-        abi: crate::ABI,
-        name: name.clone(),
-        kind: if opts.lib { "lib" } else { "exe" }.into(),
-        launcher: launcher_rel.clone(),
-        libdir: libdir_rel.clone(),
-        inputs: opts.inputs.iter().map(|p| p.display().to_string()).collect(),
-        clang_flags: opts.flags.clone(),
-        launcher_bytes: file_size(&launcher),
-        library_overhead_bytes: overhead,
-        original: Original {
-            path: orig_rel.clone(),
-            stripped_bytes: file_size(&root.join(&orig_rel)),
-            unstripped_bytes: file_size(&orig_unstripped),
-        },
-        functions,
-        kept,
-        globals,
-        exports: exports.len(),
-        groups: None,
-    };
-    manifest.write(&root)?;
-    let log = decision_log(&manifest, &log_text);
-
+/// Step 7's end: the intermediate files removed (or kept, with
+/// --keep-temps), and the finished directory moved to the output.
+fn finish(tmp: tempfile::TempDir, work: &Path, opts: &Options) -> Result<()> {
     if opts.keep_temps {
         eprintln!("bunkai scatter: intermediate files kept in {}/work", opts.out.display());
     } else {
-        std::fs::remove_dir_all(&work)?;
+        std::fs::remove_dir_all(work)?;
     }
     let root = tmp.keep();
-    install(&root, &opts.out)?;
-    Ok(Summary { manifest, log })
+    install(&root, &opts.out)
+}
+
+/// What every step of one scatter works with.
+struct Build<'a> {
+    opts: &'a Options,
+    tc: Toolchain,
+    name: String,
+    /// The output directory being built.
+    root: PathBuf,
+    /// root/work: intermediate files.
+    work: PathBuf,
+    /// work/split: the split pass's outputs.
+    split: PathBuf,
+    /// lib/NAME, where the libraries go, relative to root.
+    libdir_rel: String,
+    /// The user's flags, and -fPIC for a library.
+    cflags: Vec<String>,
+    quiet: String,
+    /// The optimisation level in the user's flags.
+    level: &'static str,
+}
+
+/// What the split pass left (step 3).
+struct Split {
+    launcher_bc: PathBuf,
+    stubs: Vec<Stub>,
+    exports: Vec<String>,
+    imports: Vec<(String, char)>,
+    log_text: String,
+}
+
+/// The original program (step 6): where it is in the output, and its
+/// unstripped build.
+struct OriginalBuild {
+    rel: String,
+    unstripped: PathBuf,
+}
+
+impl<'a> Build<'a> {
+    /// The output directory's skeleton in `root`, and the flags.
+    fn new(opts: &'a Options, tc: Toolchain, name: String, root: PathBuf) -> Result<Build<'a>> {
+        let work = root.join("work");
+        let split = work.join("split");
+        std::fs::create_dir_all(&split)?;
+        let libdir_rel = format!("lib/{name}");
+        std::fs::create_dir_all(root.join(&libdir_rel))?;
+        std::fs::create_dir_all(root.join("original"))?;
+
+        let mut cflags: Vec<String> = opts.flags.clone();
+        if opts.lib && !cflags.iter().any(|f| f == "-fPIC" || f == "-fpic") {
+            cflags.push("-fPIC".into());
+        }
+        let quiet = "-Wno-unused-command-line-argument".to_string();
+        let level = opt_level(&opts.flags);
+        Ok(Build { opts, tc, name, root, work, split, libdir_rel, cflags, quiet, level })
+    }
+
+    /// Step 1: bitcode per input (C compiled with the user's flags),
+    /// tagged with its source file.
+    fn tagged_bitcode(&self, kinds: &[InputKind]) -> Result<Vec<PathBuf>> {
+        let tc = &self.tc;
+        let mut tus = Vec::new();
+        for (i, (input, kind)) in self.opts.inputs.iter().zip(kinds).enumerate() {
+            let raw = self.work.join(format!("tu{i}.raw.bc"));
+            let tagged = self.work.join(format!("tu{i}.bc"));
+            let src_for_opt = if *kind == InputKind::C {
+                run(
+                    Command::new(&tc.clang)
+                        .args(["-c", "-emit-llvm"])
+                        .args(&self.cflags)
+                        .arg(&self.quiet)
+                        .arg("-o")
+                        .arg(&raw)
+                        .arg(input),
+                    &format!("compiling {}", input.display()),
+                )
+                .map_err(|e| {
+                    anyhow::anyhow!("{e:#}; {} does not compile (fix the errors above)", input.display())
+                })?;
+                raw.clone()
+            } else {
+                input.clone()
+            };
+            run(
+                Command::new(&tc.opt)
+                    .arg(format!("-load-pass-plugin={}", tc.plugin().display()))
+                    .arg("-passes=bunkai-tag-source")
+                    .arg(&src_for_opt)
+                    .arg("-o")
+                    .arg(&tagged),
+                &format!("reading {}", input.display()),
+            )
+            .map_err(|e| anyhow::anyhow!("{e:#}; {} is not valid LLVM IR (regenerate it with clang-14)", input.display()))?;
+            tus.push(tagged);
+        }
+        Ok(tus)
+    }
+
+    /// Step 2: one module, work/whole.bc.
+    fn one_module(&self, tus: &[PathBuf]) -> Result<PathBuf> {
+        let whole = self.work.join("whole.bc");
+        if tus.len() == 1 {
+            std::fs::copy(&tus[0], &whole)?;
+        } else {
+            run(
+                Command::new(&self.tc.llvm_link).args(tus).arg("-o").arg(&whole),
+                "linking the bitcode",
+            )?;
+        }
+        Ok(whole)
+    }
+
+    /// Bitcode inputs are usually LTO pre-link IR: the original built from
+    /// them gets a whole-program optimisation at link time, so the scattered
+    /// program gets the same pipeline before it is split. C inputs were
+    /// optimised per translation unit in step 1, exactly like the original.
+    fn optimise_whole(&self, whole: &Path, kinds: &[InputKind]) -> Result<()> {
+        if kinds.iter().any(|k| *k != InputKind::C) && self.level != "-O0" {
+            let optimized = self.work.join("whole.opt.bc");
+            run(
+                Command::new(&self.tc.opt)
+                    .arg(format!("-passes=default<O{}>", &self.level[2..]))
+                    .arg(whole)
+                    .arg("-o")
+                    .arg(&optimized),
+                "optimising the whole program",
+            )?;
+            std::fs::rename(&optimized, whole)?;
+        }
+        Ok(())
+    }
+
+    /// Step 3: the passes (ids, externalize, merge statics, split): the
+    /// launcher's bitcode, one module per function in work/split, and what
+    /// the pass says about them.
+    fn split(&self, whole: &Path) -> Result<Split> {
+        let launcher_bc = self.work.join("launcher.bc");
+        let log_path = self.work.join("decisions.log");
+        let plugin = self.tc.plugin();
+        run(
+            Command::new(&self.tc.opt)
+                .arg(format!("-load={}", plugin.display()))
+                .arg(format!("-load-pass-plugin={}", plugin.display()))
+                .arg("-passes=bunkai-assign-ids,bunkai-externalize,bunkai-merge-statics,bunkai-split")
+                .arg(format!("-bunkai-split-dir={}", self.split.display()))
+                .arg(format!("-bunkai-log={}", log_path.display()))
+                .arg(whole)
+                .arg("-o")
+                .arg(&launcher_bc),
+            "splitting the program",
+        )?;
+        let split = &self.split;
+        let stubs = stubs::parse_stubs_tsv(&std::fs::read_to_string(split.join("stubs.tsv"))?)?;
+        let exports: Vec<String> = std::fs::read_to_string(split.join("exports.txt"))?
+            .lines()
+            .map(String::from)
+            .collect();
+        let imports: Vec<(String, char)> = std::fs::read_to_string(split.join("imports.txt"))?
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(n, k)| (n.to_string(), k.chars().next().unwrap_or('d')))
+            .collect();
+        let log_text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        Ok(Split { launcher_bc, stubs, exports, imports, log_text })
+    }
+
+    /// Step 4: the launcher (bin/NAME, or lib/libNAME.so with --lib): the
+    /// launcher's bitcode, the stubs and the runtime, linked. Returns its
+    /// path in the output.
+    fn launcher(&self, s: &Split) -> Result<String> {
+        let (opts, tc, name) = (self.opts, &self.tc, &self.name);
+        let launcher_rel = if opts.lib {
+            format!("lib/lib{name}.so")
+        } else {
+            format!("bin/{name}")
+        };
+        let launcher = self.root.join(&launcher_rel);
+        std::fs::create_dir_all(launcher.parent().unwrap())?;
+        let stubs_s = self.work.join("stubs.S");
+        let libdir_from_launcher = if opts.lib { name.clone() } else { format!("../lib/{name}") };
+        std::fs::write(&stubs_s, stubs::generate(&s.stubs, &libdir_from_launcher, opts.lib, &s.imports))?;
+        let launcher_o = self.work.join("launcher.o");
+        run(
+            Command::new(&tc.clang)
+                .arg("-c")
+                .args(&self.cflags)
+                .args([&self.quiet, "-Xclang", "-disable-llvm-passes"])
+                .arg("-o")
+                .arg(&launcher_o)
+                .arg(&s.launcher_bc),
+            "compiling the launcher",
+        )?;
+        let mut link = Command::new(&tc.clang);
+        link.arg("-fuse-ld=lld").args(&self.cflags).arg(&self.quiet).arg("-o").arg(&launcher);
+        link.arg(&launcher_o).arg(&stubs_s);
+        link.arg("-Wl,--whole-archive").arg(tc.runtime()).arg("-Wl,--no-whole-archive");
+        if opts.lib {
+            link.arg("-shared");
+            if !opts.flags.iter().any(|f| f.contains("-soname")) {
+                link.arg(format!("-Wl,-soname,lib{name}.so"));
+            }
+        } else {
+            let dynlist = self.work.join("exports.dynlist");
+            let mut t = String::from("{\n");
+            for e in &s.exports {
+                t.push_str(&format!("  \"{e}\";\n"));
+            }
+            t.push_str("};\n");
+            std::fs::write(&dynlist, t)?;
+            link.arg(format!("-Wl,--dynamic-list={}", dynlist.display()));
+        }
+        link.arg("-Wl,-s");
+        run(&mut link, "linking the launcher")?;
+        Ok(launcher_rel)
+    }
+
+    /// Step 5: one library per function, and an empty one, which measures
+    /// the per-library overhead (§5.1). Returns the empty library's path.
+    fn libraries(&self, stubs: &[Stub]) -> Result<PathBuf> {
+        let (tc, work) = (&self.tc, &self.work);
+        let template = lower::link_template(tc, work, &library_link_flags(&self.opts.flags))?;
+        let mut jobs = Vec::with_capacity(stubs.len() + 1);
+        for st in stubs {
+            jobs.push(Job {
+                inputs: vec![self.split.join(format!("{}{:x}.bc", layout::LIB_PREFIX, st.id))],
+                group: false,
+                output: self.root.join(&self.libdir_rel).join(layout::lib_file(st.id)),
+                what: format!("{} ({})", st.name, st.source),
+            });
+        }
+        let empty_ll = work.join("empty.ll");
+        std::fs::write(&empty_ll, "target triple = \"x86_64-pc-linux-gnu\"\n")?;
+        let empty_bc = work.join("empty.bc");
+        run(
+            Command::new(&tc.opt).arg(&empty_ll).arg("-o").arg(&empty_bc),
+            "building the empty library",
+        )?;
+        let empty_so = work.join("empty.so");
+        jobs.push(Job {
+            inputs: vec![empty_bc],
+            group: false,
+            output: empty_so.clone(),
+            what: "(empty library)".into(),
+        });
+        lower::run(tc, &template, self.level, jobs, self.opts.jobs, self.opts.progress)?;
+        Ok(empty_so)
+    }
+
+    /// Keeps each function's module: `bunkai group` links groups from them.
+    fn keep_function_modules(&self, stubs: &[Stub]) -> Result<()> {
+        let bcdir = self.root.join(format!("{}/{}", layout::BC_DIR, self.name));
+        std::fs::create_dir_all(&bcdir)?;
+        for st in stubs {
+            let f = format!("{}{:x}.bc", layout::LIB_PREFIX, st.id);
+            std::fs::rename(self.split.join(&f), bcdir.join(&f))?;
+        }
+        Ok(())
+    }
+
+    /// Step 6: the original, from the same inputs and flags, stripped into
+    /// original/.
+    fn original(&self) -> Result<OriginalBuild> {
+        let (opts, tc, name) = (self.opts, &self.tc, &self.name);
+        let orig_name = if opts.lib { format!("lib{name}.so") } else { name.clone() };
+        let orig_unstripped = self.work.join(format!("{orig_name}.unstripped"));
+        let mut oc = Command::new(&tc.clang);
+        oc.arg("-fuse-ld=lld").args(&self.cflags).arg(&self.quiet).arg("-o").arg(&orig_unstripped);
+        oc.args(&opts.inputs);
+        if opts.lib {
+            oc.arg("-shared");
+        }
+        run(&mut oc, "building the original program")?;
+        let orig_rel = format!("original/{orig_name}");
+        run(
+            Command::new(&tc.strip)
+                .arg("-o")
+                .arg(self.root.join(&orig_rel))
+                .arg(&orig_unstripped),
+            "stripping the original program",
+        )?;
+        Ok(OriginalBuild { rel: orig_rel, unstripped: orig_unstripped })
+    }
+
+    /// Step 7: the functions' names for the runtime's messages.
+    fn write_names(&self, stubs: &[Stub]) -> Result<()> {
+        let mut names = String::new();
+        for st in stubs {
+            names.push_str(&format!("{:x}\t{}\t{}\n", st.id, st.name, st.source));
+        }
+        std::fs::write(self.root.join(&self.libdir_rel).join(layout::NAMES_FILE), names)?;
+        Ok(())
+    }
+
+    /// Step 7: the manifest of what was built.
+    fn manifest(&self, s: &Split, launcher_rel: String, empty_so: &Path, original: OriginalBuild) -> Manifest {
+        let (opts, root, libdir_rel) = (self.opts, &self.root, &self.libdir_rel);
+        let overhead = file_size(empty_so);
+        let functions: Vec<FunctionEntry> = s
+            .stubs
+            .iter()
+            .map(|st: &Stub| {
+                let library = format!("{libdir_rel}/{}", layout::lib_file(st.id));
+                FunctionEntry {
+                    id: st.id,
+                    name: st.name.clone(),
+                    stub: st.symbol.clone(),
+                    source: st.source.clone(),
+                    size: file_size(&root.join(&library)),
+                    library,
+                }
+            })
+            .collect();
+        let (kept, globals) = parse_log(&s.log_text);
+        Manifest {
+            format: FORMAT.into(),
+            abi: crate::ABI,
+            name: self.name.clone(),
+            kind: if opts.lib { "lib" } else { "exe" }.into(),
+            launcher_bytes: file_size(&root.join(&launcher_rel)),
+            launcher: launcher_rel,
+            libdir: libdir_rel.clone(),
+            inputs: opts.inputs.iter().map(|p| p.display().to_string()).collect(),
+            clang_flags: opts.flags.clone(),
+            library_overhead_bytes: overhead,
+            original: Original {
+                stripped_bytes: file_size(&root.join(&original.rel)),
+                unstripped_bytes: file_size(&original.unstripped),
+                path: original.rel,
+            },
+            functions,
+            kept,
+            globals,
+            exports: s.exports.len(),
+            groups: None,
+        }
+    }
 }
 
 /// How every function or group library is linked: the user's flags, stripped.
