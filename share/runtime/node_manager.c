@@ -339,7 +339,7 @@ void node_manager(void) {
     if (pf[1].revents) {
       struct bks_msg m;
       int e = recv_msg(g.hosts[0].fd, &m, pl, sizeof pl);
-      if (e) sc1(SYS_exit_group, 0); /* the program ended at home (or home is gone: the CLI says so) */
+      if (e) home_ended(e, "reading a control message");
       control(&m, pl);
       __atomic_add_fetch(&g.processed, 1, __ATOMIC_RELEASE);
       if (__atomic_load_n(&g.processed_waiters, __ATOMIC_ACQUIRE))

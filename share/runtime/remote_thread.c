@@ -30,7 +30,7 @@ static long rpc(struct rthread *t, uint32_t type, uint64_t a, uint64_t b, uint64
                 struct bks_msg *reply) {
   send_msg(t->fd, type, a, b, c, pl, len);
   int r = recv_msg(t->fd, reply, 0, 0);
-  if (r) sc1(SYS_exit_group, 0); /* the program ended at home (or home is gone: the CLI says so) */
+  if (r) home_ended(r, "a thread waited for its executor");
   return (long)reply->a;
 }
 
@@ -145,7 +145,9 @@ static void remote_thread(void *p) {
   t->selector = 1; /* SYSCALL_DISPATCH_FILTER_BLOCK */
   long r = sc5(SYS_prctl, PR_SET_SYSCALL_USER_DISPATCH, 1 /* ON */, g.text_lo, g.text_hi - g.text_lo, &t->selector);
   if (r) die("Syscall User Dispatch is not available (%d)", r, 0, 0, 0);
-  __bunkai_run_on(t->sp, t->fn, t->arg);
+  /* the start routine's result goes home from a stack of ours (see
+   * thread_x86_64.S); the signal stack is free once the routine returned */
+  __bunkai_run_on(t->sp, t->fn, t->arg, (uint64_t)alt.ss_sp + alt.ss_size);
 }
 
 /* A thread connection has started a thread (a handshake worker,

@@ -75,6 +75,7 @@ uint64_t parse_u(const char **p, int base);
 size_t fmt(char *out, size_t cap, const char *f, const long *args);
 void say(const char *f, long a0, long a1, long a2, long a3);
 NORETURN void die(const char *f, long a0, long a1, long a2, long a3);
+NORETURN void home_ended(int err, const char *what);
 void *priv_alloc(uint64_t size);
 void lock(volatile int *l);
 void unlock(volatile int *l);
@@ -138,7 +139,7 @@ const char *auth_error(int e);
 long __bunkai_clone(unsigned long flags, void *stack, uint64_t tls, void (*fn)(void *), void *arg, volatile int *child_tid);
 #define THREAD_FLAGS (CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM)
 uint64_t __bunkai_call_on(void *stack, uint64_t (*fn)(void *), void *arg);
-NORETURN void __bunkai_run_on(uint64_t sp, uint64_t fn, uint64_t arg);
+NORETURN void __bunkai_run_on(uint64_t sp, uint64_t fn, uint64_t arg, uint64_t exit_sp);
 NORETURN void __bunkai_remote_exit(uint64_t ret);
 void __bunkai_restorer(void);
 

@@ -26,7 +26,8 @@ __attribute__((visibility("default"))) int pthread_create(pthread_t *t, const pt
     struct bks_msg m;
     uint64_t a = (uint64_t)arg;
     send_msg(self->fd, BKS_CREATE, (uint64_t)t, (uint64_t)attr, (uint64_t)fn, &a, sizeof a);
-    if (recv_msg(self->fd, &m, 0, 0)) sc1(SYS_exit_group, 0);
+    int e = recv_msg(self->fd, &m, 0, 0);
+    if (e) home_ended(e, "a thread waited for pthread_create at home");
     return (int)m.a;
   }
   if (!g.real_create) g.real_create = dlsym(RTLD_NEXT, "pthread_create");

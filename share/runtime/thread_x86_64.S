@@ -7,9 +7,12 @@
  *       -errno.
  *   uint64_t __bunkai_call_on(stack_top, fn, arg)
  *       runs fn(arg) on another stack and comes back with its result.
- *   noreturn __bunkai_run_on(sp, fn, arg)
+ *   noreturn __bunkai_run_on(sp, fn, arg, exit_sp)
  *       a remote thread enters the program: fn(arg) on the program's
- *       stack, its result to __bunkai_remote_exit.
+ *       stack, then its result to __bunkai_remote_exit on exit_sp, a stack
+ *       of ours: once home has the result, glibc there may give the
+ *       program's stack to another thread at once (its pages then move to
+ *       that thread's host), so nothing may run on it any more.
  *   __bunkai_restorer
  *       the signal trampoline (rt_sigreturn) for the runtime's handlers:
  *       on a node it must lie inside the library's text, the range Syscall
@@ -70,9 +73,12 @@ __bunkai_run_on:
         and $-16, %rdi
         mov %rdi, %rsp
         xor %ebp, %ebp
+        mov %rcx, %r12             /* exit_sp: callee-saved, fn keeps it */
         mov %rdx, %rdi
         call *%rsi
         mov %rax, %rdi
+        and $-16, %r12
+        mov %r12, %rsp
         call __bunkai_remote_exit
         hlt
         .cfi_endproc

@@ -86,6 +86,15 @@ void say(const char *f, long a0, long a1, long a2, long a3) {
   sc3(SYS_write, 2, b, n);
 }
 
+/* A replica's connection to home ended (err from recv_msg) while `what`:
+ * the end of the stream, or a reset (home's process ended with bytes of
+ * ours unread), is how a replica learns that the program ended at home, and
+ * ends quietly; anything else is an error, said in one line. */
+void home_ended(int err, const char *what) {
+  if (err == -1 || err == -ECONNRESET) sc1(SYS_exit_group, 0);
+  die("the connection to home failed while %s (%d)", (long)what, err, 0, 0);
+}
+
 /* A fatal error: one line on stderr, recorded in the stats page (home) or
  * sent to the home host (node), then the whole process ends. */
 void die(const char *f, long a0, long a1, long a2, long a3) {
