@@ -8,6 +8,9 @@ with the paper's figures beside ours, all measured in one run.
            [--modes a,b,c,d,e] [--out bench/results/scatter-net.md]
            [--work build/bench/scatter-net]
 
+One file (about 1,150 lines) on purpose: one benchmark, whose network set-up,
+five modes and report share one run's state.
+
 Run it through bench/scatter/net.sh (which checks the tools and fetches the
 programs' sources). Needs root: it creates network namespaces, shapes them
 with tc and mounts SSHFS.

@@ -1,4 +1,4 @@
-/* test_flow.c: unit tests of the flow-ID runtime (flow.c), built once
+/* test_flow.c: unit tests of the flow-ID runtime (this directory), built once
  * against libbunkai-flow.so and once against libbunkai-flow.a, and run by
  * tests/e2e/flow_runtime.rs.
  *
@@ -7,7 +7,11 @@
  * Each passing test prints "ok NAME (...)"; the first failing check prints
  * "FAIL file:line: check: details" and exits 1. Files go to BUNKAI_FLOW_DIR
  * and the ID counter to BUNKAI_FLOW_IDS; when they are not set, the test
- * makes a directory under /tmp and removes it at the end. */
+ * makes a directory under /tmp and removes it at the end.
+ *
+ * One file (about 1,700 lines) on purpose: it is one executable linked
+ * twice (shared and static), and its tests share the checking macros and
+ * the thread harness. */
 #define _GNU_SOURCE
 #include <cpuid.h>
 #include <dirent.h>

@@ -18,7 +18,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include "bunkai_share.h"
-#include "syscall_x86_64.h"
+#include "bunkai_syscall_x86_64.h"
 
 #define LA_ACT_CONSISTENT 0
 #define DOORBELL_MAGIC 0x6c6c65626f6f6442ull

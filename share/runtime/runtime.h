@@ -7,13 +7,13 @@
  * home host):
  *   - No libc calls after the constructor, except dlsym at start-up and the
  *     real pthread_create/pthread_exit/dlopen the interposers hand over to.
- *     Every system call is the raw `syscall` instruction in this library's
- *     text (syscall_x86_64.h): on the nodes that range is the only one
- *     Syscall User Dispatch lets through, and libc's own data (errno,
- *     locks, tunables that memcpy reads) is shared memory that only the
- *     program may touch. For the same reason the runtime carries its own
- *     SHA-256 (sha256.c): no library can run here, and these kernels have
- *     no AF_ALG.
+ *     Every system call is the raw `syscall` instruction inlined into
+ *     this library's text (common/runtime/bunkai_syscall_x86_64.h): on the
+ *     nodes that range is the only one Syscall User Dispatch lets through,
+ *     and libc's own data (errno, locks, tunables that memcpy reads) is
+ *     shared memory that only the program may touch. For the same reason
+ *     the runtime carries its own SHA-256 (sha256.c): no library can run
+ *     here, and these kernels have no AF_ALG.
  *   - No TLS, no stack protector (fs points into the program's memory).
  *   - Our memory is ours: this library's data and bss and the private
  *     region at BKS_PRIVATE_BASE (same address on every host, never
@@ -51,7 +51,7 @@
 #include <poll.h>
 
 #include "bunkai_share.h"
-#include "syscall_x86_64.h"
+#include "bunkai_syscall_x86_64.h"
 
 /* Everything declared below is internal to the library (hidden): calls
  * between the files bind locally, never through the PLT. */

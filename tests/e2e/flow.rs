@@ -7,6 +7,10 @@
 //! tests check the table against them, read the sled bytes from the file,
 //! look for dynamic relocations, and run every program with all of its
 //! sleds patched (sledcheck.c) to check each operand's value at run time.
+//!
+//! One file (about 1,600 lines) on purpose: the tests share the program
+//! corpus, its `jp` comment parser and the sled readers, and cargo builds
+//! one binary per file.
 
 use bunkai_e2e::*;
 use serde_json::Value;

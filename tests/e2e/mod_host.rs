@@ -8,6 +8,9 @@
 //! silent connections, a memfd kept writable, and thousands of mutated
 //! messages. After each the host must have refused in one line, still
 //! answer, and the module must still return 42.
+//!
+//! One file (about 1,000 lines) on purpose: every attack runs against the
+//! same host fixture and protocol client, built once per binary.
 
 use bunkai_e2e::*;
 use bunkai_mod::proto::{In, Msg, Out};

@@ -3,11 +3,15 @@
 //! (a node that dies, a link that is cut, a signal to the run) on hosts
 //! that are network namespaces (bunkai_share::netns; root).
 //!
-//! Tests that start the real runtime skip, with a message, when
+//! Tests that start the real runtime fail, with the fix, when
 //! libbunkai-share.so has not been built; the others give the CLI a
 //! stand-in library through BUNKAI_LIBDIR (the node only checks that it
 //! exists). No sleeps wait for servers: a node is ready when it has printed
 //! its address, and everything else is polled with a deadline.
+//!
+//! One file (over 1,100 lines) on purpose: every test shares the namespace
+//! hosts, the node fixture and the checks of a run's `--json` summary, and
+//! cargo builds one binary per file.
 
 use bunkai_e2e::*;
 use bunkai_share::netns::{self, Hosts};

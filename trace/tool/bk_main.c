@@ -22,6 +22,12 @@
  * recorder, which compresses and writes the file. Loads and stores merge
  * into "modify" exactly where lackey merges them, so `bunkai trace dump
  * --lackey` reproduces lackey's --trace-mem output.
+ *
+ * One file on purpose (about 1,200 lines): a Valgrind tool is one
+ * executable whose instrumentation, helpers and event callbacks share the
+ * tool's global buffers and segment table, and Valgrind's own tools are
+ * written the same way (lackey is one lk_main.c; cachegrind's
+ * instrumentation and callbacks are one cg_main.c).
  */
 #include "pub_tool_basics.h"
 #include "pub_tool_tooliface.h"

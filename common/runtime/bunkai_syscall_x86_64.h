@@ -1,11 +1,16 @@
-/* syscall_x86_64.h: the runtime's system calls, the raw `syscall`
- * instruction inlined into this library's text (on the nodes Syscall User
- * Dispatch lets through only calls made from that text; libc's wrappers
- * would also write errno, which is the program's memory). Returns the
- * kernel's value: a result, or -errno. Also the one other instruction the
- * runtime needs by name: a spinning wait's pause. */
-#ifndef BUNKAI_SHARE_SYSCALL_X86_64_H
-#define BUNKAI_SHARE_SYSCALL_X86_64_H
+/* bunkai_syscall_x86_64.h: the raw system calls of the code bunkai runs
+ * inside other processes (the runtimes of share and flow): the `syscall`
+ * instruction inlined into the caller's own text, six arguments in
+ * registers, the kernel's value returned as it is (a result, or -errno).
+ *
+ * Rules: freestanding (no libc: its wrappers may be intercepted, may take
+ * locks, and write errno, which is the program's memory); static inline
+ * only, so each library keeps the instructions in its own text (share's
+ * nodes let through, with Syscall User Dispatch, only calls made from the
+ * runtime's text). Also the one other instruction the runtimes need by
+ * name: a spinning wait's pause. */
+#ifndef BUNKAI_SYSCALL_X86_64_H
+#define BUNKAI_SYSCALL_X86_64_H
 
 static inline long sc6(long n, long a, long b, long c, long d, long e, long f) {
   register long r10 __asm__("r10") = d;
@@ -25,7 +30,7 @@ static inline long sc6(long n, long a, long b, long c, long d, long e, long f) {
 #define sc4(n, a, b, c, d) sc6(n, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
 #define sc5(n, a, b, c, d, e) sc6(n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
 
-/* A spinning wait's pause (the lock in util.c). */
+/* A spinning wait's pause. */
 static inline void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
 
 #endif
