@@ -5,7 +5,9 @@
 # then weaving speed (flow-patch.md), Debian's memcached (flow-memcached.md),
 # Apache (flow-apache.md), and the split driver's Tables 2 and 3
 # (flow-splitdrv.md, flow-table3.md).
-#   bench/flow/run.sh [--quick] [--runs N]
+#   bench/flow/run.sh [--quick] [--runs N] [--runtime]
+# --runtime: only the runtime's own figures (Table 1 and weaving speed), a
+# few minutes; what to rerun after a change to flow/runtime/.
 # Each run is a fresh process; a row's figure is the run whose mean is the
 # median of the runs (the machine is shared: single runs wander). About a
 # minute with the default 7 runs (--quick: 3 runs of 20 batches).
@@ -13,11 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=7
 quick=()
+runtime_only=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick); runs=3 ;;
     --runs) runs="$2"; shift ;;
-    *) echo "bench/flow/run.sh: unknown option $1 (use --quick or --runs N)" >&2; exit 2 ;;
+    --runtime) runtime_only=1 ;;
+    *) echo "bench/flow/run.sh: unknown option $1 (use --quick, --runs N or --runtime)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -44,6 +48,7 @@ python3 bench/flow/report.py --runs "$runs" --dir "$out" --out bench/results/flo
 cat bench/results/flow-micro.md
 # Weaving speed: bkf_weave/bkf_unweave of 100 to 2,000 sleds.
 python3 bench/flow/patch.py --out bench/results/flow-patch.md
+[ -z "$runtime_only" ] || exit 0
 # The real server: Debian's memcached (make fetch-memcached), with memcaslap.
 python3 bench/flow/memcached.py > /dev/null
 # The paper's own server: Debian's apache2 (make fetch-apache), with ab.
