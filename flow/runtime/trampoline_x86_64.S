@@ -11,6 +11,25 @@
  * [rsp] = slot (pushed by the stub), [rsp+8] = the sled's return address.
  * A guard pushes -1 (full state) or -2 (vector-free) instead of a slot.
  */
+/* The general registers pushed at entry, back in reverse order (all but
+ * rax and the flags, which the two exits restore each their own way). */
+        .macro POP_SAVED
+        pop     %r15
+        pop     %r14
+        pop     %r13
+        pop     %r12
+        pop     %r11
+        pop     %r10
+        pop     %r9
+        pop     %r8
+        pop     %rdi
+        pop     %rsi
+        pop     %rbp
+        pop     %rbx
+        pop     %rdx
+        pop     %rcx
+        .endm
+
         .text
         .globl  __bunkai_flow_tramp
         .hidden __bunkai_flow_tramp
@@ -64,20 +83,7 @@ __bunkai_flow_tramp:
         mov     __bunkai_flow_xhi(%rip), %edx
         xrstor64 (%rbx)
         mov     %rbp, %rsp
-        pop     %r15
-        pop     %r14
-        pop     %r13
-        pop     %r12
-        pop     %r11
-        pop     %r10
-        pop     %r9
-        pop     %r8
-        pop     %rdi
-        pop     %rsi
-        pop     %rbp
-        pop     %rbx
-        pop     %rdx
-        pop     %rcx
+        POP_SAVED                               /* r15 .. rcx */
         pop     %rax
         popfq
         lea     8(%rsp), %rsp                   /* the slot; lea leaves the flags alone */
@@ -93,20 +99,7 @@ __bunkai_flow_tramp:
         xor     %esi, %esi
         call    __bunkai_flow_dispatch
         mov     %rbp, %rsp
-        pop     %r15
-        pop     %r14
-        pop     %r13
-        pop     %r12
-        pop     %r11
-        pop     %r10
-        pop     %r9
-        pop     %r8
-        pop     %rdi
-        pop     %rsi
-        pop     %rbp
-        pop     %rbx
-        pop     %rdx
-        pop     %rcx
+        POP_SAVED                               /* r15 .. rcx */
         /* the arithmetic flags back without popfq (microcoded, a fifth of
          * the fast path): CF PF AF ZF SF through sahf, OF by an add that
          * overflows exactly when it was set. DF stays clear, as the ABI
