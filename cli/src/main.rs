@@ -74,9 +74,13 @@ impl Cmd {
 fn usage_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     match e.kind() {
-        ErrorKind::DisplayHelp
-        | ErrorKind::DisplayVersion
-        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // `bunkai` or `bunkai trace` with no verb: the help, as the
+            // error it is (on stderr), and the usage error's status
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             // help on stdout: a write that fails ends as any command's does
             let name = std::env::args().nth(1).filter(|a| !a.starts_with('-')).unwrap_or_default();
             return match e.print().and_then(|()| std::io::stdout().flush()) {
@@ -106,7 +110,16 @@ fn usage_error(e: clap::Error) -> ExitCode {
         "scatter", "stats", "profile", "group", "serve", "run", "trace", "share", "flow", "mod",
     ];
     if known.contains(&sub.as_str()) {
-        eprintln!("bunkai {sub}: {first} (see 'bunkai help {sub}')");
+        // a nested command points to its own help: `bunkai trace record --help`
+        use clap::CommandFactory;
+        let verb = Cli::command().find_subcommand(&sub).and_then(|c| {
+            let next = args.iter().skip(1).filter(|a| !a.starts_with('-')).nth(1)?;
+            c.find_subcommand(next).map(|v| v.get_name().to_string())
+        });
+        match verb {
+            Some(v) => eprintln!("bunkai {sub}: {first} (see 'bunkai {sub} {v} --help')"),
+            None => eprintln!("bunkai {sub}: {first} (see 'bunkai help {sub}')"),
+        }
     } else {
         eprintln!("bunkai: {first} (see 'bunkai help')");
     }

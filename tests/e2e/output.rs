@@ -140,3 +140,33 @@ fn outputs_are_checked_before_the_work() {
     assert_eq!(left, ["out"], "nothing else written beside the directory");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing written into it");
 }
+
+/// Usage errors behave as in perf or git: `bunkai` or `bunkai trace` with
+/// no verb shows the help on stderr and exits 2 (not 0: a script that
+/// forgot the verb did not succeed); a nested command's error names its own
+/// help; a bad value lists the allowed ones; stdout stays empty.
+#[test]
+fn usage_errors_exit_2_and_point_to_the_right_help() {
+    for args in [&[][..], &["trace"], &["share"], &["flow"], &["mod"]] {
+        let out = bunkai_run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "bunkai {args:?}: {err}");
+        assert!(out.stdout.is_empty(), "bunkai {args:?} wrote to stdout");
+        assert!(err.contains("Usage: bunkai"), "bunkai {args:?}: no usage on stderr: {err}");
+    }
+    let (code, err) = bunkai_fails(&["trace", "record"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.lines().count() == 1 && err.starts_with("bunkai trace: "), "{err}");
+    assert!(err.contains("--output") && err.contains("(see 'bunkai trace record --help')"), "{err}");
+    let (code, err) = bunkai_fails(&["share", "run", "--place", "mars", "--", "/bin/true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("'mars'") && err.contains("rr, remote, home") && err.contains("'bunkai share run --help'"), "{err}");
+    let (code, err) = bunkai_fails(&["scatter"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.starts_with("bunkai scatter: ") && err.contains("<INPUT>") && err.contains("'bunkai help scatter'"), "{err}");
+    // --help and --version are what was asked for: stdout, status 0
+    for args in [&["--help"][..], &["trace", "--help"], &["--version"]] {
+        let out = bunkai_ok(args);
+        assert!(!out.stdout.is_empty(), "bunkai {args:?} printed nothing");
+    }
+}
