@@ -238,29 +238,46 @@ pub fn report(a: &ReportArgs) -> Result<ExitCode> {
             .iter()
             .map(|(id, steps)| {
                 let t0 = steps[0].ns;
-                json!({"flow": format!("{id:#x}"), "steps": steps.iter().map(|s| json!({
+                json!({"flow": format!("{id:#x}"), "maybe_cut_short": cut_short(&bufs, steps), "steps": steps.iter().map(|s| json!({
                     "elapsed_us": (s.ns - t0) as f64 / 1e3, "ns": s.ns, "process": proc_name(s.buf),
                     "pid": bufs[s.buf].pid, "host": bufs[s.buf].host, "tid": s.tid, "pc": format!("{:#x}", s.pc),
                     "file": s.file, "line": s.line, "function": s.function, "values": s.vals,
                 })).collect::<Vec<_>>()})
             })
             .collect();
-        crate::stdout(&(serde_json::to_string_pretty(&json!({"flows": v, "records_without_flow": without}))? + "\n"))?;
+        let procs: Vec<Value> = bufs
+            .iter()
+            .map(|b| json!({"process": format!("{}/{}", b.host, b.pid), "pid": b.pid, "host": b.host, "exe": b.exe,
+                            "records": b.records.len(), "dropped": b.dropped, "capacity": b.capacity}))
+            .collect();
+        crate::stdout(&(serde_json::to_string_pretty(&json!({"flows": v, "records_without_flow": without, "processes": procs}))? + "\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut s = String::new();
+    for b in bufs.iter().filter(|b| b.dropped > 0) {
+        s += &format!(
+            "{}/{} ({}) dropped {} record{}: its buffer of {} filled (make it larger: BUNKAI_FLOW_BUF=SIZE in its environment); flows marked \"cut short?\" had steps there\n",
+            b.host,
+            b.pid,
+            short(&b.exe),
+            bunkai_common::fmt::commas(b.dropped),
+            if b.dropped == 1 { "" } else { "s" },
+            mib(b.capacity + crate::buffer::HEADER as u64)
+        );
+    }
     for (id, steps) in &flows {
         let t0 = steps[0].ns;
         let mut procs: Vec<usize> = steps.iter().map(|s| s.buf).collect();
         procs.sort();
         procs.dedup();
         s += &format!(
-            "flow {id:#x}: {} step{}, {} process{}, {:.1} us\n",
+            "flow {id:#x}: {} step{}, {} process{}, {:.1} us{}\n",
             steps.len(),
             if steps.len() == 1 { "" } else { "s" },
             procs.len(),
             if procs.len() == 1 { "" } else { "es" },
-            (steps.last().unwrap().ns - t0) as f64 / 1e3
+            (steps.last().unwrap().ns - t0) as f64 / 1e3,
+            if cut_short(&bufs, steps) { ", cut short?" } else { "" }
         );
         let pw = steps.iter().map(|x| proc_name(x.buf).len()).max().unwrap_or(7).max(7);
         let fw = steps.iter().map(|x| short(&x.file).len() + 1 + x.line.to_string().len()).max().unwrap_or(4).max(4);
@@ -277,13 +294,30 @@ pub fn report(a: &ReportArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A buffer's size as BUNKAI_FLOW_BUF takes it (16K, 64M).
+fn mib(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
+/// Whether a flow may lack steps: it has steps in a process whose buffer
+/// filled and dropped records (every record after that was lost, so a flow
+/// going on there has no record of how it went on).
+fn cut_short(bufs: &[Buffer], steps: &[Step]) -> bool {
+    steps.iter().any(|s| bufs[s.buf].dropped > 0)
+}
+
 /// Chrome trace event format: an instant per step, and flow events (s, t,
 /// f) binding each flow's steps so viewers draw arrows between them.
 fn chrome(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
     let mut ev = Vec::new();
     for (bi, b) in bufs.iter().enumerate() {
+        let dropped = if b.dropped > 0 { format!(", {} records dropped", b.dropped) } else { String::new() };
         ev.push(json!({"ph": "M", "name": "process_name", "pid": bi + 1,
-                       "args": {"name": format!("{} pid {} ({})", b.host, b.pid, short(&b.exe))}}));
+                       "args": {"name": format!("{} pid {} ({}){dropped}", b.host, b.pid, short(&b.exe))}}));
     }
     for (id, steps) in flows {
         for (k, s) in steps.iter().enumerate() {
@@ -347,6 +381,7 @@ fn otel(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
                     kv("process.pid", json!({"intValue": b.pid.to_string()})),
                     kv("process.executable.path", json!({"stringValue": b.exe})),
                     kv("service.name", json!({"stringValue": short(&b.exe)})),
+                    kv("bunkai.flow.dropped_records", json!({"intValue": b.dropped.to_string()})),
                 ]},
                 "scopeSpans": [{"scope": {"name": "bunkai-flow"}, "spans": spans}],
             })

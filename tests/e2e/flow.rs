@@ -1596,3 +1596,76 @@ fn every_bundled_aspect_passes_check() {
         assert_eq!(v["ok"], true, "{}: {v}", p.display());
     }
 }
+
+/// A buffer that fills drops the records after it: `report` says so per
+/// process (text, --json, and both exports) and marks the flows that had
+/// steps there, instead of showing cut-short flows as complete.
+#[test]
+fn report_says_what_was_dropped_and_marks_the_flows() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("records");
+    flow_cc_with_runtime("records", &["-O2"], &exe);
+    let jps = points(&exe);
+    let entry = |f: &str| -> String {
+        jps.iter().find(|j| j["kind"] == "entry" && j["function"] == f).unwrap_or_else(|| panic!("{f}"))["index"].to_string()
+    };
+    let bufs = d.path().join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    let mut args = vec!["3000".to_string()];
+    args.extend(["pkt_alloc", "pkt_clone", "front_send", "back_recv", "pkt_free"].iter().map(|f| entry(f)));
+    let out = Command::new(&exe)
+        .args(&args)
+        .env("BUNKAI_FLOW_DIR", &bufs)
+        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
+        .env("BUNKAI_FLOW_BUF", "16K") // far too small for 3,000 packets
+        .output_within(DEADLINE);
+    assert!(out.status.success(), "{out:?}");
+    let with_dir = |args: &[&str]| -> std::process::Output {
+        let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    let dump: Value = serde_json::from_slice(&with_dir(&["flow", "dump", "--json"]).stdout).unwrap();
+    let dropped: std::collections::BTreeMap<u64, u64> = dump["buffers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["pid"].as_u64().unwrap(), b["dropped"].as_u64().unwrap()))
+        .collect();
+    assert!(dropped.values().any(|&n| n > 0), "nothing dropped with a 16 KiB buffer: {dropped:?}");
+
+    let v: Value = serde_json::from_slice(&with_dir(&["flow", "report", "--json"]).stdout).unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), dropped.len(), "{v}");
+    for p in procs {
+        assert_eq!(p["dropped"].as_u64(), dropped.get(&p["pid"].as_u64().unwrap()).copied(), "{p}");
+    }
+    let flows = v["flows"].as_array().unwrap();
+    assert!(!flows.is_empty());
+    for f in flows {
+        let touched_a_full_buffer = f["steps"].as_array().unwrap().iter().any(|s| dropped[&s["pid"].as_u64().unwrap()] > 0);
+        assert_eq!(f["maybe_cut_short"].as_bool(), Some(touched_a_full_buffer), "{f}");
+    }
+
+    let text = String::from_utf8(with_dir(&["flow", "report"]).stdout).unwrap();
+    for (pid, n) in dropped.iter().filter(|(_, &n)| n > 0) {
+        let line = text.lines().find(|l| l.contains(&format!("/{pid} ("))).unwrap_or_else(|| panic!("no line for pid {pid}:\n{text}"));
+        let n = n.to_string().as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(",");
+        assert!(line.contains(&format!("dropped {n} record")) && line.contains("16 KiB") && line.contains("BUNKAI_FLOW_BUF"), "{line}");
+    }
+    assert!(text.lines().any(|l| l.starts_with("flow ") && l.ends_with(", cut short?")), "{text}");
+
+    let (chrome, otel) = (d.path().join("c.json"), d.path().join("o.json"));
+    with_dir(&["flow", "report", "--chrome", chrome.to_str().unwrap(), "--otel", otel.to_str().unwrap()]);
+    let c = std::fs::read_to_string(&chrome).unwrap();
+    assert!(c.contains("records dropped"), "the Chrome trace names no drops");
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&otel).unwrap()).unwrap();
+    let attrs: Vec<&Value> = o["resourceSpans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resource"]["attributes"].as_array().unwrap())
+        .filter(|a| a["key"] == "bunkai.flow.dropped_records")
+        .collect();
+    assert!(!attrs.is_empty() && attrs.iter().any(|a| a["value"]["intValue"] != "0"), "{attrs:?}");
+}
