@@ -40,6 +40,8 @@ enum FlowCmd {
     Weave(bunkai_flow::weave::WeaveArgs),
     /// Take a woven aspect out of a running program
     Unweave(bunkai_flow::weave::UnweaveArgs),
+    /// Remove the record buffers of processes that have ended (--dry-run lists them)
+    Clean(bunkai_flow::clean::CleanArgs),
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -52,5 +54,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         FlowCmd::Emit(e) => bunkai_flow::weave::emit(&e),
         FlowCmd::Weave(w) => bunkai_flow::weave::weave(&w),
         FlowCmd::Unweave(u) => bunkai_flow::weave::unweave(&u),
+        FlowCmd::Clean(c) => bunkai_flow::clean::clean(&c),
     }
 }

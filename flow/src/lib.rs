@@ -23,6 +23,7 @@ pub mod aspect;
 pub mod buffer;
 pub mod cc;
 pub mod check;
+pub mod clean;
 pub mod report;
 pub mod select;
 pub mod weave;

@@ -1669,3 +1669,49 @@ fn report_says_what_was_dropped_and_marks_the_flows() {
         .collect();
     assert!(!attrs.is_empty() && attrs.iter().any(|a| a["value"]["intValue"] != "0"), "{attrs:?}");
 }
+
+/// `flow clean` removes the buffers of ended processes and keeps those of
+/// running ones (unless --all); --dry-run removes nothing.
+#[test]
+fn clean_removes_only_ended_processes_buffers() {
+    let d = tempfile::tempdir().unwrap();
+    let bufs = d.path().join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    // two ended processes (a child that has exited, its pid not reused yet)
+    // and a running one (this test)
+    let mut gone = Vec::new();
+    for _ in 0..2 {
+        let mut c = Command::new("true").spawn().unwrap();
+        gone.push(c.id());
+        c.wait().unwrap();
+    }
+    let me = std::process::id();
+    for pid in gone.iter().chain([&me]) {
+        std::fs::write(bufs.join(format!("bunkai-flow.{pid}.buf")), vec![1u8; 8192]).unwrap();
+    }
+    std::fs::write(bufs.join("other.txt"), "not a buffer").unwrap();
+    let names = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&bufs).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    };
+    let run = |args: &[&str]| -> String {
+        let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let before = names();
+    let out = run(&["flow", "clean", "--dry-run"]);
+    assert_eq!(names(), before, "--dry-run removed something");
+    assert!(out.contains("would remove 2 buffers") && out.contains("kept 1 of running processes"), "{out}");
+    let out = run(&["flow", "clean"]);
+    assert!(out.contains("removed 2 buffers") && out.contains("kept 1"), "{out}");
+    let mut want = vec![format!("bunkai-flow.{me}.buf"), "other.txt".to_string()];
+    want.sort();
+    assert_eq!(names(), want);
+    let out = run(&["flow", "clean", "--all"]);
+    assert!(out.contains("removed 1 buffer "), "{out}");
+    assert_eq!(names(), ["other.txt"]);
+    let out = run(&["flow", "clean"]);
+    assert!(out.contains("removed 0 buffers"), "{out}");
+}
