@@ -9,6 +9,7 @@ pub use crate::advice::{generate, vector_free_object, Generated};
 use crate::aspect::Aspect;
 use crate::select::Program;
 use anyhow::{bail, Result};
+use std::path::Path;
 
 #[derive(clap::Args)]
 pub struct EmitArgs {
@@ -58,7 +59,9 @@ pub fn emit(a: &EmitArgs) -> Result<std::process::ExitCode> {
 #[derive(clap::Args)]
 pub struct WeaveArgs {
     /// The running program (built with `bunkai flow cc`, started with
-    /// libbunkai-host.so and libbunkai-flow.so in LD_PRELOAD)
+    /// BUNKAI_HOST=1 and libbunkai-host.so and libbunkai-flow.so in
+    /// LD_PRELOAD: `BUNKAI_HOST=1 LD_PRELOAD="libbunkai-host.so
+    /// libbunkai-flow.so" ./server`)
     #[arg(long)]
     pub pid: u32,
     /// The aspect (XML)
@@ -122,6 +125,36 @@ fn load_bias(pid: u32, exe: &std::path::Path) -> Result<u64> {
     bail!("{} is not mapped in process {pid} (is it the program?)", exe.display())
 }
 
+/// Why process pid has no module socket, and what to do: the host library
+/// not loaded, loaded but not started (BUNKAI_HOST=1 missing), or started
+/// in another process (a forked child has no socket of its own).
+fn no_host(pid: u32, sock: &Path) -> String {
+    let libdir = bunkai_common::install::helper_libdir().map(|d| d.display().to_string()).unwrap_or_else(|_| "build/lib/bunkai".into());
+    let start = format!("BUNKAI_HOST=1 LD_PRELOAD=\"libbunkai-host.so libbunkai-flow.so\" (from {libdir})");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    if !maps.contains("libbunkai-host") {
+        return format!("process {pid} has no module host: libbunkai-host.so is not loaded in it (start the program with {start})");
+    }
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let host_on = env.split(|&b| b == 0).any(|v| v == b"BUNKAI_HOST=1");
+    if !host_on {
+        return format!("process {pid} loaded libbunkai-host.so but did not start its host: BUNKAI_HOST=1 is not in its environment (start the program with {start})");
+    }
+    let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok()));
+    match ppid {
+        Some(pp) if bunkai_mod::proto::default_socket(pp).exists() => format!(
+            "process {pid} has no module socket {}: it is a forked child of process {pp}, whose host it shares no socket with (weave {pp}; forked workers get no host of their own yet, docs/flow.md)",
+            sock.display()
+        ),
+        _ => format!(
+            "process {pid} has the host library and BUNKAI_HOST=1 but no module socket {} (a forked child, or its host failed to start: see its stderr)",
+            sock.display()
+        ),
+    }
+}
+
 /// `bunkai flow weave --pid PID ASPECT.xml`: check the aspect against the
 /// running program, generate the advice module, compile it with clang-14,
 /// and load it through bunkai mod's loader; its init patches the sleds.
@@ -133,12 +166,7 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
     let (aspect, prog, module) = checked_aspect(&a.aspect, &exe_s, a.name.as_deref())?;
     let sock = bunkai_mod::proto::default_socket(a.pid);
     if !sock.exists() {
-        bail!(
-            "process {} has no module socket {} (start it with LD_PRELOAD=\"libbunkai-host.so libbunkai-flow.so\" from {})",
-            a.pid,
-            sock.display(),
-            bunkai_common::install::helper_libdir()?.display()
-        );
+        bail!("{}", no_host(a.pid, &sock));
     }
     let bias = load_bias(a.pid, &exe)?;
     let g = generate(&aspect, &prog, bias, &module)?;
@@ -249,6 +277,12 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
 /// unpatches the sleds and returns when no advice runs.
 pub fn unweave(a: &UnweaveArgs) -> Result<std::process::ExitCode> {
     let sock = bunkai_mod::proto::default_socket(a.pid);
+    if !Path::new(&format!("/proc/{}", a.pid)).exists() {
+        bail!("no process {} (it has ended: what was woven into it went with it)", a.pid);
+    }
+    if !sock.exists() {
+        bail!("{}", no_host(a.pid, &sock));
+    }
     let mut host = bunkai_mod::proto::Host::connect(&sock)?;
     let name = match &a.name {
         Some(n) => n.clone(),

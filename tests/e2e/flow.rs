@@ -1715,3 +1715,47 @@ fn clean_removes_only_ended_processes_buffers() {
     let out = run(&["flow", "clean"]);
     assert!(out.contains("removed 0 buffers"), "{out}");
 }
+
+/// A process weave cannot reach is told apart from the others, each with its
+/// fix: no host library loaded, the library loaded without BUNKAI_HOST=1, a
+/// process that has ended (unweave), all one line.
+#[test]
+fn weave_says_why_a_process_has_no_host() {
+    use std::io::BufRead;
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("pktserver");
+    flow_cc("pktserver", &["-O2"], &exe);
+    let lib = runtime_dir();
+    let pk = aspect("packets");
+    let start = |env: &[(&str, String)]| -> std::process::Child {
+        let mut c = Command::new(&exe);
+        c.envs(env.iter().map(|(k, v)| (*k, v.clone())))
+            .env("BUNKAI_FLOW_DIR", d.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        kill_after(&child, DEADLINE, "pktserver");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        child
+    };
+    let preload = format!("{} {}", lib.join("libbunkai-host.so").display(), lib.join("libbunkai-flow.so").display());
+    for (env, want) in [
+        (vec![], "libbunkai-host.so is not loaded in it"),
+        (vec![("LD_PRELOAD", preload.clone())], "BUNKAI_HOST=1 is not in its environment"),
+    ] {
+        let mut srv = start(&env);
+        let pid = srv.id().to_string();
+        let (_, err) = bunkai_fails(&["flow", "weave", "--pid", &pid, pk.to_str().unwrap()]);
+        one_line(&err);
+        assert!(err.contains(want) && err.contains("BUNKAI_HOST=1 LD_PRELOAD="), "{err}");
+        let (_, err) = bunkai_fails(&["flow", "unweave", "--pid", &pid]);
+        assert!(err.contains(want), "{err}");
+        srv.kill().unwrap();
+        srv.wait().unwrap();
+        let (_, err) = bunkai_fails(&["flow", "unweave", "--pid", &pid]);
+        one_line(&err);
+        assert!(err.contains(&format!("no process {pid} (it has ended")), "{err}");
+    }
+}
