@@ -168,6 +168,18 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
     if !sock.exists() {
         bail!("{}", no_host(a.pid, &sock));
     }
+    {
+        // woven already under this name: say how to take it out, before any work
+        let mut host = bunkai_mod::proto::Host::connect(&sock)?;
+        let st = host.hello()?;
+        if bunkai_mod::server::loaded_modules(&st)?.iter().any(|m| m.rec.name == module) {
+            bail!(
+                "{module} is woven into process {} already (take it out first: bunkai flow unweave --pid {} --name {module}; or weave this one under another --name)",
+                a.pid,
+                a.pid
+            );
+        }
+    }
     let bias = load_bias(a.pid, &exe)?;
     let g = generate(&aspect, &prog, bias, &module)?;
     let tmp = tempfile::Builder::new().prefix("bunkai-weave").tempdir()?;
@@ -260,7 +272,20 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
         }
     }
     let mut host = bunkai_mod::proto::Host::connect(&sock)?;
-    let r = bunkai_mod::server::load(&mut host, &bunkai_mod::server::LoadOptions { file: &o, dirs: vec![], replace: None, copy: false })?;
+    let r = bunkai_mod::server::load(&mut host, &bunkai_mod::server::LoadOptions { file: &o, dirs: vec![], replace: None, copy: false })
+        .map_err(|e| {
+            let text = format!("{e:#}");
+            if text.contains("init function returned") {
+                // the advice's init is bkf_weave_guarded: it refuses sleds
+                // another weave holds
+                anyhow::anyhow!(
+                    "the runtime refused to patch the sleds {module} selects: another aspect is woven over some of them (bunkai flow unweave it first; `bunkai mod list --pid {}` shows what is loaded)",
+                    a.pid
+                )
+            } else {
+                e
+            }
+        })?;
     println!(
         "bunkai flow: woven {module} into {} ({}): {} sled{} ({guarded} guarded), {trampoline} trampoline, loaded in {:.0} us, {:.1} ms in all",
         a.pid,

@@ -1759,3 +1759,27 @@ fn weave_says_why_a_process_has_no_host() {
         assert!(err.contains(&format!("no process {pid} (it has ended")), "{err}");
     }
 }
+
+/// Weaving an aspect that is woven already says how to take it out (not a
+/// mod swap of a deleted temp file); the same aspect under another name,
+/// over the same sleds, names the clash instead of "init returned -1". The
+/// program is unharmed: the first weave still works and unweaves.
+#[test]
+fn weaving_twice_says_what_to_do() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("pktserver");
+    flow_cc("pktserver", &["-O2"], &exe);
+    let (mut srv, pid, _input, _output, _bufs) = pktserver_session(&exe, d.path());
+    let pk = aspect("packets");
+    bunkai_ok(&["flow", "weave", "--pid", &pid, pk.to_str().unwrap()]);
+    let (_, err) = bunkai_fails(&["flow", "weave", "--pid", &pid, pk.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("flow_packets is woven into process") && err.contains(&format!("bunkai flow unweave --pid {pid} --name flow_packets")), "{err}");
+    let (_, err) = bunkai_fails(&["flow", "weave", "--pid", &pid, "--name", "flow_again", pk.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains("another aspect is woven over some of them") && !err.contains("returned -1"), "{err}");
+    let o = bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("unwoven flow_packets"), "{o:?}");
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}
