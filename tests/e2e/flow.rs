@@ -718,9 +718,16 @@ fn check_selects_join_points_and_refuses_bad_aspects() {
     let err = bad("syntax", "access(pkt.%) AND target(p)", "access(pkt.%) target(p)", &[]);
     one_line(&err);
     assert!(err.contains("syntax.xml:17:27: unexpected \"target(p)\""), "{err}");
+    // an element left open is named where it was opened
     let err = bad("xml", "</quit>", "", &[]);
     one_line(&err);
-    assert!(err.contains("xml.xml:15:1: not well-formed XML: expected 'quit' tag, not 'xflow'"), "{err}");
+    assert!(err.contains("xml.xml:12:3: <quit> is not closed before </xflow> (line 15) (add </quit>)"), "{err}");
+    let err = bad("noadvice", "</advice>", "", &[]);
+    one_line(&err);
+    assert!(err.contains("noadvice.xml:16:1: <advice> is never closed (add </advice>)"), "{err}");
+    let err = bad("nobefore", "</before>", "", &[]);
+    one_line(&err);
+    assert!(err.contains("nobefore.xml:18:3: <before> is never closed (add </before> after its code)"), "{err}");
 }
 
 /// `bunkai flow dump` and `report` on the buffers of a real two-process

@@ -146,8 +146,23 @@ pub(super) fn stray_text(doc: &roxmltree::Document, n: roxmltree::Node) -> Resul
 
 /// Parses an aspect file. The first problem found is the error.
 pub fn parse(src: &str) -> Result<Aspect, Diag> {
+    if let Some(d) = unclosed_code(src) {
+        return Err(d);
+    }
     let prepared = prepare(src);
     let doc = roxmltree::Document::parse(&prepared).map_err(|e| {
+        if let roxmltree::Error::UnexpectedCloseTag(expected, actual, at) = &e {
+            // an element left open: name it where it was opened, not where
+            // the parser noticed (the end of the file, under our root)
+            if let Some(open) = last_open(src, expected, at.row) {
+                let where_ = if actual == "aspect" && prepared.contains(WRAP) {
+                    "is never closed".to_string()
+                } else {
+                    format!("is not closed before </{actual}> (line {})", at.row)
+                };
+                return diag(open, format!("<{expected}> {where_} (add </{expected}>)"));
+            }
+        }
         let p = e.pos();
         diag(Pos { line: p.row, col: p.col }, format!("not well-formed XML: {}", xml_error_text(&e)))
     })?;
@@ -170,6 +185,62 @@ pub fn parse(src: &str) -> Result<Aspect, Diag> {
         return Err(diag(Pos { line: 1, col: 1 }, "no <advice> and no <xflow> in the file"));
     }
     Ok(a)
+}
+
+/// A code element (<before>, <after>, <action>) opened and never closed:
+/// its code would run to the end of the file.
+fn unclosed_code(src: &str) -> Option<Diag> {
+    let mut rest = 0;
+    loop {
+        let (i, tag) = ["before", "after", "action"]
+            .iter()
+            .filter_map(|t| src[rest..].find(&format!("<{t}>")).map(|i| (rest + i, *t)))
+            .min()?;
+        let body = i + tag.len() + 2;
+        match src[body..].find(&format!("</{tag}>")) {
+            Some(j) => rest = body + j + tag.len() + 3,
+            None => return Some(diag(pos_in(src, i), format!("<{tag}> is never closed (add </{tag}> after its code)"))),
+        }
+    }
+}
+
+/// Line and column (1-based) of byte offset at in src.
+fn pos_in(src: &str, at: usize) -> Pos {
+    let before = &src[..at];
+    let line = before.matches('\n').count() as u32 + 1;
+    let col = (at - before.rfind('\n').map_or(0, |k| k + 1)) as u32 + 1;
+    Pos { line, col }
+}
+
+/// Where the last `<name>` (or `<name ...>`) that opens before line `upto`
+/// and is not closed after it was opened: the element left open.
+fn last_open(src: &str, name: &str, upto: u32) -> Option<Pos> {
+    let open = format!("<{name}");
+    let close = format!("</{name}>");
+    let mut depth_at: Vec<usize> = Vec::new();
+    let mut k = 0;
+    while k < src.len() {
+        let o = src[k..].find(&open).map(|i| k + i);
+        let c = src[k..].find(&close).map(|i| k + i);
+        match (o, c) {
+            (Some(o), c) if c.map_or(true, |c| o < c) => {
+                let after = src[o + open.len()..].chars().next();
+                if matches!(after, Some('>') | Some(' ') | Some('\t') | Some('\n') | Some('/')) {
+                    let end = src[o..].find('>').map_or(src.len(), |e| o + e);
+                    if !src[o..end].ends_with('/') {
+                        depth_at.push(o);
+                    }
+                }
+                k = o + open.len();
+            }
+            (_, Some(c)) => {
+                depth_at.pop();
+                k = c + close.len();
+            }
+            _ => break,
+        }
+    }
+    depth_at.into_iter().rev().map(|o| pos_in(src, o)).find(|p| p.line <= upto.max(1) || upto == 0)
 }
 
 pub(super) fn xml_error_text(e: &roxmltree::Error) -> String {
