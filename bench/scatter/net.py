@@ -26,9 +26,9 @@ Per workload and rate, all in the same run, interleaved per repetition:
       (time = download + run);
   (b) the paper's baseline: run the original from a fresh SSHFS mount of the
       server (cold caches; the mount itself is timed separately and logged);
-  (c) `bunkai run URL --no-preload --no-compress`: grouped at 64 KiB,
+  (c) `bunkai scatter run URL --no-preload --no-compress`: grouped at 64 KiB,
       groups fetched on demand, uncompressed;
-  (d) `bunkai run URL`: the same with preloading and zstd (the paper's
+  (d) `bunkai scatter run URL`: the same with preloading and zstd (the paper's
       "scattered" column);
   (e) ideal: (compressed launcher + the compressed bytes of the functions
       the workload actually executes) / rate + the original's run time
@@ -438,7 +438,7 @@ class Program:
     def __init__(self, key, name, inputs, flags, extra=()):
         self.key, self.name, self.inputs, self.flags, self.extra = key, name, inputs, flags, list(extra)
         self.out = None      # the scatter output directory
-        self.port = None     # its `bunkai serve` port
+        self.port = None     # its `bunkai scatter serve` port
 
 
 class Workload:
@@ -490,7 +490,7 @@ def scatter_usable(out, prog, need_bc):
     """A scatter output can be reused if it was built from the same inputs
     (by content) and flags, no earlier than the toolchain pieces it embeds
     (the runtime linked into the launcher, the passes, the lowering), and
-    keeps the bitcode `bunkai group` needs (outputs of scatter ABI 1 lack
+    keeps the bitcode `bunkai scatter group` needs (outputs of scatter ABI 1 lack
     it)."""
     m = manifest(out)
     if not m or m.get("clang_flags") != prog.flags:
@@ -574,10 +574,10 @@ def ensure_grouped(prog, wls, tmp):
 
     for i, w in enumerate(wls):
         scratch = tempfile.mkdtemp(prefix="profile-", dir=tmp)
-        bunkai(f"bunkai profile of {w.key}",
-               [BUNKAI, "profile", out, *(["--append"] if i else []), "--via", "--",
+        bunkai(f"bunkai scatter profile of {w.key}",
+               [BUNKAI, "scatter", "profile", out, *(["--append"] if i else []), "--via", "--",
                 *w.argv(launcher, scratch)], stdin=w.stdin, cwd=scratch)
-    bunkai("bunkai group", [BUNKAI, "group", out, "--threshold", THRESHOLD])
+    bunkai("bunkai scatter group", [BUNKAI, "scatter", "group", out, "--threshold", THRESHOLD])
     with open(stamp_path, "w") as f:
         json.dump(stamp, f)
     log(f"profiled ({', '.join(w.key for w in wls)}) and grouped {prog.key} at {THRESHOLD} "
@@ -705,7 +705,7 @@ class Bench:
                 os.mkdir(cache)
                 flags = ["--no-preload", "--no-compress"] if mode == "c" else []
                 exe = wrapper(os.path.join(d, "bin", p.name),
-                              [BUNKAI, "run", f"http://{SRV_ADDR}:{p.port}/", "--cache", cache,
+                              [BUNKAI, "scatter", "run", f"http://{SRV_ADDR}:{p.port}/", "--cache", cache,
                                *flags, "--"])
                 fetch_log = os.path.join(d, "fetch.log")
                 env = dict(os.environ, BUNKAI_FETCH_LOG=fetch_log)
@@ -875,18 +875,18 @@ def render(a, b, cmdline, links, sizes):
         "Two network namespaces, a server and a client, joined by a veth pair; both ends' egress "
         f"goes through `tc tbf rate R burst {TBF_BURST} latency {TBF_LATENCY}` (netem is not in this "
         "kernel, so there is no added delay: the only latency is the link's serialisation and queue). "
-        "The server namespace runs `bunkai serve` on each scatter output, `python3 -m http.server` "
+        "The server namespace runs `bunkai scatter serve` on each scatter output, `python3 -m http.server` "
         "for the plain downloads and an sshd of our own (read-only SFTP). Every measurement starts on "
         "an idle link (both queues drained) with cold caches: (a) `curl` the whole stripped original "
         "to a fresh file, `chmod +x`, run it (time = download + run); (b) run the stripped original "
         "from a fresh `sshfs` mount of the server (default sshfs/ssh options, no ssh compression; the "
-        "mount's own time is logged, not counted), the paper's baseline; (c) `bunkai run URL "
+        "mount's own time is logged, not counted), the paper's baseline; (c) `bunkai scatter run URL "
         "--no-preload --no-compress` with a fresh cache: groups fetched when first called, "
-        "uncompressed; (d) `bunkai run URL` with a fresh cache: preloading in profile order and "
+        "uncompressed; (d) `bunkai scatter run URL` with a fresh cache: preloading in profile order and "
         "zstd, the paper's \"scattered\"; (e) ideal = (zstd bytes of the launcher + each function the "
         "workload executes' share of its group's zstd bytes, in proportion to code size) / the nominal "
         "rate + the original's run time measured locally without network. Each program was profiled with its "
-        "own workloads (`bunkai profile`; SQLite: init then query) and grouped with `bunkai group "
+        "own workloads (`bunkai scatter profile`; SQLite: init then query) and grouped with `bunkai scatter group "
         f"--threshold {THRESHOLD}`. Times are wall clock of the whole workload (the workload scripts "
         "in tests/programs/ with the program replaced by each way of starting it), medians of "
         "1 run at 100 kbit/s and up to 3 at higher rates (--quick: 1), the modes interleaved; every "
@@ -1062,7 +1062,7 @@ def main():
                 g = m["groups"]
                 orig = os.path.join(p.out, "original", p.name)
                 # The original compressed by the same zstd library and level
-                # as the groups (bunkai group records it); the zstd command
+                # as the groups (bunkai scatter group records it); the zstd command
                 # (another libzstd version) is logged beside it.
                 cli_oz = zstd_size(orig)
                 oz = g.get("original_zst_bytes") or cli_oz
@@ -1095,10 +1095,10 @@ def main():
         if "c" in a.modes or "d" in a.modes:
             for i, p in enumerate(used):
                 p.port = SERVE_PORT0 + i
-                lab.start(f"serve-{p.key}", [BUNKAI, "serve", p.out, "--listen",
+                lab.start(f"serve-{p.key}", [BUNKAI, "scatter", "serve", p.out, "--listen",
                                              f"{SRV_ADDR}:{p.port}"], p.port)
         log("servers up: http" + (", sshd" if "b" in a.modes else "") +
-            ("".join(f", bunkai serve {p.key}" for p in used) if "c" in a.modes or "d" in a.modes else ""))
+            ("".join(f", bunkai scatter serve {p.key}" for p in used) if "c" in a.modes or "d" in a.modes else ""))
 
         # --- measurements ------------------------------------------------------
         links = []

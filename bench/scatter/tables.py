@@ -85,7 +85,7 @@ def scatter(out, inputs, flags, extra=()):
 
 
 def stats(out):
-    r = sh([BUNKAI, "stats", out, "--json"], capture_output=True, text=True)
+    r = sh([BUNKAI, "scatter", "stats", out, "--json"], capture_output=True, text=True)
     return json.loads(r.stdout)
 
 
@@ -205,7 +205,7 @@ def main():
     def profile(k, cmd, stdin=None, via=False):
         f = open(stdin) if stdin else subprocess.DEVNULL
         append = ["--append"] if os.path.exists(w(k, "profile")) else []
-        sh([BUNKAI, "profile", w(k), *append, *(["--via"] if via else []), "--", *cmd],
+        sh([BUNKAI, "scatter", "profile", w(k), *append, *(["--via"] if via else []), "--", *cmd],
            stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     grouped = [("SQLite3", "sqlite3"), ("demo1", "demo1"), ("demo2", "demo2")]
@@ -227,7 +227,7 @@ def main():
     for label, k in grouped:
         for th in GROUP_ORDER:
             t = time.time()
-            r = sh([BUNKAI, "group", w(k), "--threshold", f"{th}KiB", "--json"],
+            r = sh([BUNKAI, "scatter", "group", w(k), "--threshold", f"{th}KiB", "--json"],
                    capture_output=True, text=True)
             g = json.loads(r.stdout)
             log(f"grouped {k} at {th} KiB: {g['groups']} groups in {time.time() - t:.0f} s")
@@ -280,7 +280,7 @@ def main():
         ps = paper_cols(p, *([f"{p[0]:,}", f"{p[1]:,}", f"{p[2]}%"] if p else ["", "", ""]))
         L.append(f"| {label} | {s:,.1f} | {o:,.1f} | {100 * s / o:.1f}% | {s - o:+,.1f} {ps} |")
     L.append("\n## Table 5, grouped: run time with 64 KiB groups (ours only)\n")
-    L.append("The same workloads after `bunkai profile` + `bunkai group --threshold 64KiB` "
+    L.append("The same workloads after `bunkai scatter profile` + `bunkai scatter group --threshold 64KiB` "
              "(§5): a few group libraries instead of hundreds of function libraries at start-up. "
              "The original is measured again beside it.\n")
     L.append("| workload | grouped [ms] | original [ms] | ratio | added [ms] | per function, ratio (Table 5) |")

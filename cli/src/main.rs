@@ -31,17 +31,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Split a C program into a launcher plus one shared library per function
+    /// Split a C program into a launcher plus one shared library per function; stats, profile, group, serve, run
     Scatter(scatter::ScatterArgs),
-    /// Sizes of a scatter output beside the original (the paper's Tables 3 and 4)
+    // The old top-level spellings of scatter's verbs, hidden, for one release
+    #[command(hide = true)]
     Stats(scatter::StatsArgs),
-    /// Record the order in which a scattered program first calls its functions
+    #[command(hide = true)]
     Profile(scatter::ProfileArgs),
-    /// Link the functions of a scatter output into groups, in profile order (§5)
+    #[command(hide = true)]
     Group(scatter::GroupArgs),
-    /// Serve a grouped scatter output over HTTP
+    #[command(hide = true)]
     Serve(scatter::ServeArgs),
-    /// Run a scattered program from a URL, fetching its groups as it runs (§6)
+    #[command(hide = true)]
     Run(scatter::RunArgs),
     /// Trace every instruction, memory reference and syscall (TURU)
     Trace(trace::Args),
@@ -213,6 +214,18 @@ fn output_error(e: &anyhow::Error) -> Option<std::io::Error> {
     None
 }
 
+/// Runs one of scatter's verbs; `name` is `scatter`, or an old top-level
+/// spelling (`run`), which says first that it is going.
+fn run_scatter(name: &'static str, verb: scatter::ScatterCmd) -> anyhow::Result<ExitCode> {
+    if name != "scatter" {
+        eprintln!("bunkai: `bunkai {name}` is now `bunkai scatter {name}` (the old spelling goes in the next release)");
+    }
+    if matches!(verb, scatter::ScatterCmd::Build(_) | scatter::ScatterCmd::Group(_)) {
+        bunkai_common::files::install_interrupt_cleanup(name);
+    }
+    verb.run()
+}
+
 fn main() -> ExitCode {
     install_output_hook();
     let cli = match Cli::try_parse() {
@@ -221,16 +234,13 @@ fn main() -> ExitCode {
     };
     let name = cli.cmd.name();
     let _ = RUNNING.set(name);
-    if matches!(cli.cmd, Cmd::Scatter(_) | Cmd::Group(_)) {
-        bunkai_common::files::install_interrupt_cleanup(name);
-    }
     let result = match cli.cmd {
-        Cmd::Scatter(a) => scatter::run(a),
-        Cmd::Stats(a) => scatter::stats(a),
-        Cmd::Profile(a) => scatter::profile(a),
-        Cmd::Group(a) => scatter::group(a),
-        Cmd::Serve(a) => scatter::serve(a),
-        Cmd::Run(a) => scatter::run_remote(a),
+        Cmd::Scatter(a) => run_scatter(name, a.verb()),
+        Cmd::Stats(a) => run_scatter(name, scatter::ScatterCmd::Stats(a)),
+        Cmd::Profile(a) => run_scatter(name, scatter::ScatterCmd::Profile(a)),
+        Cmd::Group(a) => run_scatter(name, scatter::ScatterCmd::Group(a)),
+        Cmd::Serve(a) => run_scatter(name, scatter::ScatterCmd::Serve(a)),
+        Cmd::Run(a) => run_scatter(name, scatter::ScatterCmd::Run(a)),
         Cmd::Mod(a) => modcmd::run(a),
         Cmd::Trace(a) => trace::run(a),
         Cmd::Share(a) => share::run(a),

@@ -1,4 +1,5 @@
-//! `bunkai scatter` and `bunkai stats`: a thin driver over bunkai-scatter.
+//! `bunkai scatter` and its verbs (build, stats, profile, group, serve,
+//! run): a thin driver over bunkai-scatter.
 
 use anyhow::Result;
 use bunkai_scatter::{driver, stats as st};
@@ -6,13 +7,79 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `bunkai scatter [VERB]`: with no verb, the arguments are build's.
 #[derive(clap::Args)]
-#[command(after_help = "Examples:
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "With no verb, `bunkai scatter` is `bunkai scatter build`.
+
+Examples:
   bunkai scatter -o out hello.c -- -O2 -lm
   bunkai scatter -o out --lib --name sqlite3 sqlite3.c -- -O2 -lpthread
   bunkai scatter -o out whole-program.bc -- -O2
-  out/bin/hello            # runs like the original; libraries load on first call")]
+  out/bin/hello            # runs like the original; libraries load on first call
+  bunkai scatter stats out
+  bunkai scatter profile out -- args...
+  bunkai scatter group out --threshold 64KiB
+  bunkai scatter serve out --listen 127.0.0.1:8000 &
+  bunkai scatter run http://127.0.0.1:8000/ -- args..."
+)]
 pub struct ScatterArgs {
+    #[command(subcommand)]
+    pub cmd: Option<ScatterCmd>,
+    #[command(flatten)]
+    pub build: Option<BuildArgs>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum ScatterCmd {
+    /// Split a C program into a launcher plus one shared library per function (the default verb)
+    Build(BuildArgs),
+    /// Sizes of a scatter output beside the original (the paper's Tables 3 and 4)
+    Stats(StatsArgs),
+    /// Record the order in which a scattered program first calls its functions
+    Profile(ProfileArgs),
+    /// Link the functions of a scatter output into groups, in profile order (§5)
+    Group(GroupArgs),
+    /// Serve a grouped scatter output over HTTP
+    Serve(ServeArgs),
+    /// Run a scattered program from a URL, fetching its groups as it runs (§6)
+    Run(RunArgs),
+}
+
+impl ScatterCmd {
+    pub fn run(self) -> Result<ExitCode> {
+        match self {
+            ScatterCmd::Build(a) => build(a),
+            ScatterCmd::Stats(a) => stats(a),
+            ScatterCmd::Profile(a) => profile(a),
+            ScatterCmd::Group(a) => group(a),
+            ScatterCmd::Serve(a) => serve(a),
+            ScatterCmd::Run(a) => run_remote(a),
+        }
+    }
+}
+
+impl ScatterArgs {
+    /// The verb given, or build when there was none.
+    pub fn verb(self) -> ScatterCmd {
+        match (self.cmd, self.build) {
+            (Some(c), _) => c,
+            (None, Some(b)) => ScatterCmd::Build(b),
+            // clap requires build's arguments when no verb is given
+            (None, None) => unreachable!("bunkai scatter: neither a verb nor build arguments"),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  bunkai scatter build -o out hello.c -- -O2 -lm     # or: bunkai scatter -o out hello.c -- -O2 -lm
+  bunkai scatter build -o out --lib --name sqlite3 sqlite3.c -- -O2 -lpthread
+  bunkai scatter build -o out whole-program.bc -- -O2
+  out/bin/hello            # runs like the original; libraries load on first call")]
+pub struct BuildArgs {
     /// Output directory (created; a previous scatter output there is replaced)
     #[arg(short = 'o', long = "out", value_name = "OUT")]
     pub out: PathBuf,
@@ -52,7 +119,7 @@ pub struct StatsArgs {
     pub json: bool,
 }
 
-pub fn run(a: ScatterArgs) -> Result<ExitCode> {
+pub fn build(a: BuildArgs) -> Result<ExitCode> {
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
@@ -110,9 +177,9 @@ pub fn stats(a: StatsArgs) -> Result<ExitCode> {
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  bunkai profile out -- -init /dev/null db.sqlite < workload.sql
-  bunkai profile out --append -- other args     # merge a second run
-  bunkai profile out --via -- ./workload.sh out/bin/sqlite3 db")]
+  bunkai scatter profile out -- -init /dev/null db.sqlite < workload.sql
+  bunkai scatter profile out --append -- other args     # merge a second run
+  bunkai scatter profile out --via -- ./workload.sh out/bin/sqlite3 db")]
 pub struct ProfileArgs {
     /// A scatter output directory
     #[arg(value_name = "OUT")]
@@ -130,10 +197,10 @@ pub struct ProfileArgs {
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  bunkai group out --threshold 64KiB
-  bunkai group out --threshold 32K --json")]
+  bunkai scatter group out --threshold 64KiB
+  bunkai scatter group out --threshold 32K --json")]
 pub struct GroupArgs {
-    /// A scatter output directory with a profile (bunkai profile)
+    /// A scatter output directory with a profile (bunkai scatter profile)
     #[arg(value_name = "OUT")]
     pub out: PathBuf,
     /// Largest group size, summed over its functions (e.g. 65536, 64KiB, 1MiB)
@@ -155,7 +222,7 @@ pub struct GroupArgs {
 serving OUT works as well (nginx, python3 -m http.server).
 
 Examples:
-  bunkai serve out --listen 127.0.0.1:8000")]
+  bunkai scatter serve out --listen 127.0.0.1:8000")]
 pub struct ServeArgs {
     /// A grouped scatter output directory
     #[arg(value_name = "OUT")]
@@ -170,10 +237,10 @@ pub struct ServeArgs {
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  bunkai run http://127.0.0.1:8000/ -- :memory: 'select 1;'
-  bunkai run http://origin/sqlite3/ --cache /tmp/c --no-preload -- db.sqlite")]
+  bunkai scatter run http://127.0.0.1:8000/ -- :memory: 'select 1;'
+  bunkai scatter run http://origin/sqlite3/ --cache /tmp/c --no-preload -- db.sqlite")]
 pub struct RunArgs {
-    /// Base URL of a grouped scatter output (as printed by bunkai serve)
+    /// Base URL of a grouped scatter output (as printed by bunkai scatter serve)
     #[arg(value_name = "URL")]
     pub url: String,
     /// Cache directory (default: ~/.cache/bunkai/<hash of URL>)

@@ -13,12 +13,12 @@
  *   OUT/lib/NAME/functions.tsv    "<hex id>\t<original name>\t<source>\n";
  *                                 read by the runtime only to name a function
  *                                 in an error message
- *   OUT/manifest.json            written by the driver, read by `bunkai stats`
+ *   OUT/manifest.json            written by the driver, read by `bunkai scatter stats`
  *   OUT/bc/NAME/f<hex>.bc         each function's module, kept so that
- *                                 `bunkai group` can link groups (§5.1)
+ *                                 `bunkai scatter group` can link groups (§5.1)
  *   OUT/original/NAME            the original program, stripped
  *
- * Added by `bunkai profile` and `bunkai group` (§5, §6):
+ * Added by `bunkai scatter profile` and `bunkai scatter group` (§5, §6):
  *   OUT/profile                  first-call order (text, see profile.rs)
  *   OUT/lib/NAME/g<hex>.so        one library per group, <hex> = group id
  *   OUT/lib/NAME/g<hex>.so.zst    the same, zstd-compressed (for the network)
@@ -27,7 +27,7 @@
  *   OUT/lib/NAME/groups.map(.zst) the group map file (binary, below); the
  *                                 manager uses groups when it exists
  *   OUT/bin/NAME.zst             the launcher, compressed (--lib: lib/...)
- *   OUT/remote.json              the small index `bunkai run` fetches first
+ *   OUT/remote.json              the small index `bunkai scatter run` fetches first
  *
  * Symbols (all ids in lower-case hex, no leading zeros):
  *   __bunkai_f<hex>   the body of function <hex>, exported by its library
@@ -85,10 +85,10 @@ struct bunkai_group {
 
 /* Environment the manager reads in its constructor:
  *   BUNKAI_PROFILE=PATH   append "<hex id>\n" to PATH at each first call;
- *                         forces per-function libraries (`bunkai profile`)
+ *                         forces per-function libraries (`bunkai scatter profile`)
  *   BUNKAI_ORIGIN=URL     the library directory on an HTTP origin (ends with
  *                         '/'); groups missing locally are fetched from it by
- *                         the fetch library (`bunkai run` sets these)
+ *                         the fetch library (`bunkai scatter run` sets these)
  *   BUNKAI_FETCH=PATH     the fetch library (libbunkai-fetch.so)
  *   BUNKAI_PRELOAD=0|1    start the preload thread (§6.2), default 1
  *   BUNKAI_COMPRESS=0|1   fetch g<hex>.so.zst and decompress, default 1

@@ -388,7 +388,7 @@ EXPORT int __bunkai_fetch_start(const struct bunkai_fetch_config *cfg,
                     0644);
   if (F.compress) {
     /* The dictionary the groups were compressed with, fetched (and
-     * checked) by bunkai run before the program started. */
+     * checked) by bunkai scatter run before the program started. */
     char path[4096];
     snprintf(path, sizeof path, "%sgroups.dict", F.libdir);
     FILE *f = fopen(path, "rbe");
@@ -398,7 +398,7 @@ EXPORT int __bunkai_fetch_start(const struct bunkai_fetch_config *cfg,
       fclose(f);
       ddict = n ? ZSTD_createDDict(dict, n) : NULL;
       if (!ddict) {
-        snprintf(err, errlen, "%s is not a zstd dictionary (rerun bunkai run)", path);
+        snprintf(err, errlen, "%s is not a zstd dictionary (rerun bunkai scatter run)", path);
         return -1;
       }
     }

@@ -214,7 +214,7 @@ __attribute__((noreturn)) static void fail(uint32_t id, const char *path,
   p = append(p, e, why ? why : "unknown error");
   if (id != NO_FUNCTION)
     p = append(p, e, fetch_wait ? " (check that the origin is up and serves "
-                                  "this build; rerun bunkai run)"
+                                  "this build; rerun bunkai scatter run)"
                                 : " (the scattered output is incomplete: copy "
                                   "it again or rerun bunkai scatter)");
   p = append(p, e, "\n");
@@ -248,7 +248,7 @@ static int load_group_map(void) {
     return 0;
   struct stat st;
   if (raw3(SYS_fstat, fd, (long)&st, 0) < 0 || st.st_size < 16)
-    fail(NO_FUNCTION, path, "the group map is truncated (rerun bunkai group)");
+    fail(NO_FUNCTION, path, "the group map is truncated (rerun bunkai scatter group)");
   size_t size = (size_t)st.st_size;
   long m = raw6(SYS_mmap, 0, (long)size, PROT_READ, MAP_PRIVATE, fd, 0);
   raw3(SYS_close, fd, 0, 0);
@@ -259,16 +259,16 @@ static int load_group_map(void) {
   for (int i = 0; i < 8; i++)
     if (b[i] != (unsigned char)magic[i])
       fail(NO_FUNCTION, path, "not a bunkai group map, or from another version (rerun "
-                    "bunkai group)");
+                    "bunkai scatter group)");
   uint32_t nf, ng;
   __builtin_memcpy(&nf, b + 8, 4);
   __builtin_memcpy(&ng, b + 12, 4);
   if (nf != __bunkai_nfuncs)
     fail(NO_FUNCTION, path, "the group map belongs to another build (rerun bunkai "
-                  "profile and bunkai group)");
+                  "scatter profile and bunkai scatter group)");
   if (ng == 0 || ng > nf ||
       size != 16 + 8 * (uint64_t)nf + sizeof(struct bunkai_group) * (uint64_t)ng + 8)
-    fail(NO_FUNCTION, path, "the group map is damaged (rerun bunkai group)");
+    fail(NO_FUNCTION, path, "the group map is damaged (rerun bunkai scatter group)");
   /* The check word (FNV-1a over the rest): fields that are each plausible
    * can still be wrong, and a wrong slot calls the wrong function. */
   uint64_t want, check = 0xcbf29ce484222325ull;
@@ -277,18 +277,18 @@ static int load_group_map(void) {
   __builtin_memcpy(&want, b + size - 8, 8);
   if (check != want)
     fail(NO_FUNCTION, path, "the group map is damaged: its check word does not match "
-                  "(rerun bunkai group)");
+                  "(rerun bunkai scatter group)");
   group_of = (const uint32_t *)(b + 16);
   for (uint32_t i = 0; i < nf; i++)
     if (group_of[i] >= ng)
       fail(NO_FUNCTION, path, "the group map names a group that does not exist (rerun "
-                    "bunkai group)");
+                    "bunkai scatter group)");
   slot_of = (const uint32_t *)(b + 16 + 4 * (size_t)nf);
   /* Slots are checked against the table size when a group is opened (its
    * raw size bounds it); here only that no slot is absurd. */
   for (uint32_t i = 0; i < nf; i++)
     if (slot_of[i] >= nf)
-      fail(NO_FUNCTION, path, "the group map is damaged (rerun bunkai group)");
+      fail(NO_FUNCTION, path, "the group map is damaged (rerun bunkai scatter group)");
   groups = (const struct bunkai_group *)(b + 16 + 8 * (size_t)nf);
   long h = raw6(SYS_mmap, 0, (long)(sizeof(void *) * ng), PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -343,10 +343,10 @@ static void start_fetch(void) {
   char err[512];
   if (!grouped)
     fail(NO_FUNCTION, dir, "BUNKAI_ORIGIN is set but there is no group map (use "
-                 "bunkai run on a grouped output)");
+                 "bunkai scatter run on a grouped output)");
   if (!env_fetch)
     fail(NO_FUNCTION, "(BUNKAI_FETCH)", "BUNKAI_ORIGIN is set without BUNKAI_FETCH (start "
-                              "the program with bunkai run)");
+                              "the program with bunkai scatter run)");
   void *h = dlopen(env_fetch, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
   if (!h)
     fail(NO_FUNCTION, env_fetch, dlerror());
@@ -433,7 +433,7 @@ static void *grouped_body(uint32_t id) {
   const int32_t *t = group_table(id, g);
   /* The table lies inside the library, whose size bounds its slots. */
   if ((uint64_t)slot * 4 >= groups[g].raw_bytes)
-    fail(id, "its group library", "the group map is damaged (rerun bunkai group)");
+    fail(id, "its group library", "the group map is damaged (rerun bunkai scatter group)");
   return (void *)((const char *)t + t[slot]);
 }
 

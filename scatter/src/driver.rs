@@ -421,7 +421,7 @@ impl<'a> Build<'a> {
         Ok(empty_so)
     }
 
-    /// Keeps each function's module: `bunkai group` links groups from them.
+    /// Keeps each function's module: `bunkai scatter group` links groups from them.
     fn keep_function_modules(&self, stubs: &[Stub]) -> Result<()> {
         let bcdir = self.root.join(format!("{}/{}", layout::BC_DIR, self.name));
         std::fs::create_dir_all(&bcdir)?;

@@ -1,4 +1,4 @@
-//! `bunkai group`: trace-guided grouping (§5).
+//! `bunkai scatter group`: trace-guided grouping (§5).
 //!
 //! The grouping is the paper's §5.1 algorithm exactly: walk the profile in
 //! first-call order, add each function to the current group unless that

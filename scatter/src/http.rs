@@ -1,4 +1,4 @@
-//! The HTTP client of `bunkai run` (libcurl): bounded GETs with retries.
+//! The HTTP client of `bunkai scatter run` (libcurl): bounded GETs with retries.
 
 use anyhow::{bail, Result};
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! OUT/remote.json, the index `bunkai run` fetches first: its format, and
+//! OUT/remote.json, the index `bunkai scatter run` fetches first: its format, and
 //! the checks an index from the network passes before anything in it is
 //! used (paths joined to the cache, names printed in the decision log).
 
@@ -9,7 +9,7 @@ use std::path::{Component, Path};
 
 pub const INDEX_FORMAT: &str = "bunkai-remote/1";
 
-/// OUT/remote.json: what `bunkai run` needs before the program starts.
+/// OUT/remote.json: what `bunkai scatter run` needs before the program starts.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Index {
     pub format: String,

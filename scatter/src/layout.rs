@@ -5,7 +5,7 @@
 //! OUT/
 //!   manifest.json      MANIFEST: what was scattered (manifest.rs)
 //!   profile            PROFILE: functions in first-call order (profile.rs)
-//!   remote.json        INDEX: what `bunkai run` fetches first (index.rs)
+//!   remote.json        INDEX: what `bunkai scatter run` fetches first (index.rs)
 //!   bin/NAME           the launcher
 //!   lib/NAME/          f<hex>.so, one library per function (LIB_PREFIX),
 //!                      functions.tsv (NAMES_FILE), g<hex>.so(.zst) groups,

@@ -1,7 +1,7 @@
 //! manifest.json: what a scatter output directory holds.
 //!
 //! Written last, through a temporary file and a rename, by `bunkai scatter`;
-//! read by `bunkai stats` (and later by profile/group/serve). `abi` is
+//! read by `bunkai scatter stats` (and later by profile/group/serve). `abi` is
 //! BUNKAI_SCATTER_ABI from scatter/include/bunkai_scatter.h.
 
 use crate::layout::MANIFEST;
@@ -32,7 +32,7 @@ pub struct Manifest {
     pub kept: Vec<Kept>,
     pub globals: Globals,
     pub exports: usize,
-    /// Written by `bunkai group` (§5); absent until then.
+    /// Written by `bunkai scatter group` (§5); absent until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups: Option<Groups>,
 }

@@ -1,4 +1,4 @@
-//! `bunkai profile`: the tracing run of §5.1. The manager writes the id of
+//! `bunkai scatter profile`: the tracing run of §5.1. The manager writes the id of
 //! every function at its first call (BUNKAI_PROFILE); this module turns those
 //! raw logs into OUT/profile, stamped with the build it belongs to.
 //!
@@ -126,7 +126,7 @@ pub fn render(p: &Profile, m: &Manifest) -> String {
 pub fn read(out: &Path, m: &Manifest) -> Result<Profile> {
     let path = out.join(PROFILE);
     let text = std::fs::read_to_string(&path).with_context(|| {
-        format!("{} has no profile (run bunkai profile {} -- ARGS... first)", out.display(), out.display())
+        format!("{} has no profile (run bunkai scatter profile {} -- ARGS... first)", out.display(), out.display())
     })?;
     let damaged = |e: anyhow::Error| anyhow::anyhow!("{} is damaged: {e:#} (profile again)", path.display());
     // The build first: a profile of another program fails here, with the
@@ -135,7 +135,7 @@ pub fn read(out: &Path, m: &Manifest) -> Result<Profile> {
     let build = build_id(out, m)?;
     if p.build != build {
         bail!(
-            "{} was recorded for another build ({}, this output is {build}; profile again: bunkai profile {} -- ARGS...)",
+            "{} was recorded for another build ({}, this output is {build}; profile again: bunkai scatter profile {} -- ARGS...)",
             path.display(),
             p.build,
             out.display()

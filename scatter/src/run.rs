@@ -1,9 +1,9 @@
-//! Starting a scattered program over a network (§6): `bunkai serve` and
-//! `bunkai run`.
+//! Starting a scattered program over a network (§6): `bunkai scatter serve`
+//! and `bunkai scatter run`.
 //!
 //! The origin is any static HTTP server that serves a grouped scatter output
-//! directory as files (`bunkai serve`, nginx, `python3 -m http.server`, an
-//! object store). `bunkai run URL` fetches the small index (remote.json),
+//! directory as files (`bunkai scatter serve`, nginx, `python3 -m http.server`, an
+//! object store). `bunkai scatter run URL` fetches the small index (remote.json),
 //! the launcher (compressed) and the group map into a cache directory laid
 //! out like the output directory, then runs the launcher with BUNKAI_ORIGIN
 //! pointing at the origin's library directory. From there the launcher's
@@ -93,7 +93,7 @@ fn default_cache(base: &str) -> Result<PathBuf> {
 pub fn prepare(o: &RunOptions) -> Result<(Command, Vec<String>)> {
     let mut base = o.url.clone();
     if !(base.starts_with("http://") || base.starts_with("https://")) {
-        bail!("{base} is not an http:// or https:// URL (give the URL bunkai serve printed)");
+        bail!("{base} is not an http:// or https:// URL (give the URL bunkai scatter serve printed)");
     }
     if !base.ends_with('/') {
         base.push('/');

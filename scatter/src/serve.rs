@@ -1,4 +1,4 @@
-//! `bunkai serve`: a small static HTTP server over a scatter output
+//! `bunkai scatter serve`: a small static HTTP server over a scatter output
 //! directory (any static server will do; this one needs nothing else).
 
 use crate::index::safe_relative;
@@ -21,7 +21,7 @@ impl Server {
         }
         if !root.join(INDEX).exists() {
             eprintln!(
-                "bunkai serve: warning: {} is not grouped yet; bunkai run needs bunkai profile + bunkai group first",
+                "bunkai serve: warning: {} is not grouped yet; bunkai scatter run needs bunkai scatter profile + group first",
                 root.display()
             );
         }
@@ -108,7 +108,7 @@ fn respond(root: &Path, req: tiny_http::Request, verbose: bool) {
     }
 }
 
-/// Stdout helper for `bunkai serve`: print the URL and flush, so scripts
+/// Stdout helper for `bunkai scatter serve`: print the URL and flush, so scripts
 /// can read it as soon as the server is ready.
 pub fn announce(url: &str) -> Result<()> {
     let mut o = std::io::stdout();

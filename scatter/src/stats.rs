@@ -1,4 +1,4 @@
-//! `bunkai stats`: the paper's Tables 3 and 4 for one scatter output.
+//! `bunkai scatter stats`: the paper's Tables 3 and 4 for one scatter output.
 //! Sizes are read from the files on disk (the manifest says which files).
 
 use crate::manifest::Manifest;
@@ -23,7 +23,7 @@ pub struct Stats {
     pub library_overhead_bytes: u64,
     pub kept_in_launcher: usize,
     pub missing_libraries: usize,
-    /// After `bunkai group` (Table 7): groups, their bytes, compressed.
+    /// After `bunkai scatter group` (Table 7): groups, their bytes, compressed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups: Option<GroupStats>,
 }

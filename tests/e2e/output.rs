@@ -71,10 +71,10 @@ fn no_command_panics_on_a_closed_pipe_or_a_full_disk() {
     let (f, o) = (program("features/features.c"), program("features/other.c"));
     bunkai_ok(&["scatter", "-o", &ds("sc"), f.to_str().unwrap(), o.to_str().unwrap(), "--", "-O1", "-lm", "-lpthread"]);
     let prof = Command::new(bunkai())
-        .args(["profile", &ds("sc"), "--"])
+        .args(["scatter", "profile", &ds("sc"), "--"])
         .current_dir(dir)
         .output_within(DEADLINE);
-    assert!(prof.status.success(), "bunkai profile: {}", String::from_utf8_lossy(&prof.stderr));
+    assert!(prof.status.success(), "bunkai scatter profile: {}", String::from_utf8_lossy(&prof.stderr));
     let module = root().join("build/lib/bunkai/examples/sched/rr.o");
     assert!(module.exists(), "{} is missing (run make)", module.display());
     let m = module.to_str().unwrap();
@@ -87,10 +87,10 @@ fn no_command_panics_on_a_closed_pipe_or_a_full_disk() {
         vec!["trace", "dump", "t.bkt"],
         vec!["trace", "report", "t.bkt"],
         vec!["trace", "report", "t.bkt", "--json"],
-        vec!["stats", &sc],
-        vec!["stats", &sc, "--json"],
-        vec!["group", &sc, "--json"],
-        vec!["group", &sc],
+        vec!["scatter", "stats", &sc],
+        vec!["scatter", "stats", &sc, "--json"],
+        vec!["scatter", "group", &sc, "--json"],
+        vec!["scatter", "group", &sc],
         vec!["scatter", "-o", "sc2", f.to_str().unwrap(), o.to_str().unwrap(), "--json", "--", "-O1", "-lm", "-lpthread"],
         vec!["mod", "info", m],
         vec!["mod", "info", m, "--json"],
@@ -169,4 +169,50 @@ fn usage_errors_exit_2_and_point_to_the_right_help() {
         let out = bunkai_ok(args);
         assert!(!out.stdout.is_empty(), "bunkai {args:?} printed nothing");
     }
+}
+
+/// scatter's verbs are nested (`bunkai scatter stats`); the old top-level
+/// spellings work for one more release, after exactly one line on stderr
+/// saying the new one. `bunkai scatter` with no verb is `build`.
+#[test]
+fn scatter_verbs_nest_and_the_old_spellings_still_work() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("hello.c");
+    let c = "#include <stdio.h>\nstatic int twice(int x) { return 2 * x; }\n\
+             int main(void) { printf(\"%d\\n\", twice(21)); return 0; }\n";
+    std::fs::write(&src, c).unwrap();
+    let (out, out2) = (d.path().join("out"), d.path().join("out2"));
+    let (o, o2) = (out.to_str().unwrap(), out2.to_str().unwrap());
+    bunkai_ok(&["scatter", "build", "-o", o, src.to_str().unwrap(), "--", "-O1"]);
+    bunkai_ok(&["scatter", "-o", o2, src.to_str().unwrap(), "--", "-O1"]);
+    assert!(out.join("bin/hello").exists() && out2.join("bin/hello").exists());
+    let new = bunkai_ok(&["scatter", "stats", o]);
+    assert!(String::from_utf8_lossy(&new.stdout).contains("of the original"));
+    assert!(new.stderr.is_empty(), "{}", String::from_utf8_lossy(&new.stderr));
+    let old = bunkai_ok(&["stats", o]);
+    assert_eq!(old.stdout, new.stdout, "bunkai stats and bunkai scatter stats differ");
+    assert_eq!(
+        String::from_utf8_lossy(&old.stderr),
+        "bunkai: `bunkai stats` is now `bunkai scatter stats` (the old spelling goes in the next release)\n"
+    );
+    // an old spelling's error is as before, after the same one line
+    let (code, err) = bunkai_fails(&["run", "ftp://example/x"]);
+    assert_eq!(code, 1, "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(lines[0], "bunkai: `bunkai run` is now `bunkai scatter run` (the old spelling goes in the next release)");
+    assert!(lines[1].starts_with("bunkai run: ") && lines[1].contains("http://"), "{err}");
+    // the nested verbs' errors are `bunkai scatter: ...`, usage errors point to the verb's help
+    let (_, err) = bunkai_fails(&["scatter", "run", "ftp://example/x"]);
+    assert!(err.starts_with("bunkai scatter: ") && err.lines().count() == 1, "{err}");
+    let (code, err) = bunkai_fails(&["scatter", "run"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.starts_with("bunkai scatter: ") && err.contains("(see 'bunkai scatter run --help')"), "{err}");
+    // the help shows the verbs; the old spellings are hidden
+    let h = String::from_utf8_lossy(&bunkai_ok(&["scatter", "--help"]).stdout).to_string();
+    for verb in ["build", "stats", "profile", "group", "serve", "run"] {
+        assert!(h.lines().any(|l| l.trim_start().starts_with(verb)), "{verb} missing from: {h}");
+    }
+    let h = String::from_utf8_lossy(&bunkai_ok(&["--help"]).stdout).to_string();
+    assert!(!h.lines().any(|l| l.trim_start().starts_with("stats")), "{h}");
 }

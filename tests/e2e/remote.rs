@@ -1,5 +1,5 @@
-//! End-to-end tests of `bunkai profile`, `bunkai group`, `bunkai serve` and
-//! `bunkai run` (seed 000, §5–6): the SQLite shell profiled with one
+//! End-to-end tests of `bunkai scatter profile`, `scatter group`, `scatter
+//! serve` and `scatter run` (seed 000, §5–6): the SQLite shell profiled with one
 //! workload, grouped, served over HTTP on loopback and run from its URL.
 
 use bunkai_e2e::*;
@@ -37,17 +37,17 @@ fn sqlite_profiled_grouped_and_run_over_http() {
     let full = program("sqlite/full.sql");
 
     // Profile with the query workload only.
-    let p = run_with_stdin(&mut bunkai_cmd(&["profile", o, "--", d.path().join("p.db").to_str().unwrap()]), Some(&query));
+    let p = run_with_stdin(&mut bunkai_cmd(&["scatter", "profile", o, "--", d.path().join("p.db").to_str().unwrap()]), Some(&query));
     assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
     let prof = std::fs::read_to_string(out.join("profile")).unwrap();
     let called = prof.lines().filter(|l| !l.starts_with('#') && l.contains('\t')).count();
     assert!(called > 100, "the profile saw only {called} functions");
 
     // Group at 64 KiB: every function in exactly one group, files on disk.
-    let g = json(&bunkai_ok(&["group", o, "--threshold", "64KiB", "--json"]));
+    let g = json(&bunkai_ok(&["scatter", "group", o, "--threshold", "64KiB", "--json"]));
     let groups = g["list"].as_array().unwrap();
     assert!(groups.len() >= 4, "{} groups", groups.len());
-    let nfuncs = json(&bunkai_ok(&["stats", o, "--json"]))["libraries"].as_u64().unwrap() as usize;
+    let nfuncs = json(&bunkai_ok(&["scatter", "stats", o, "--json"]))["libraries"].as_u64().unwrap() as usize;
     let mut seen = vec![0; nfuncs];
     for gr in groups {
         let fs = gr["functions"].as_array().unwrap();
@@ -70,12 +70,12 @@ fn sqlite_profiled_grouped_and_run_over_http() {
     let local = behaviour(run_with_stdin(Command::new(out.join("bin/sqlite3")).arg(":memory:"), Some(&full)));
     assert_eq!(want_full, local, "grouped SQLite behaves differently");
 
-    // Over HTTP from bunkai serve, preload + compression: the full script is
+    // Over HTTP from bunkai scatter serve, preload + compression: the full script is
     // a wrong prediction (profiled with the query workload only).
-    let srv = ServerProcess::start(&mut bunkai_cmd(&["serve", o, "--listen", "127.0.0.1:0"]), bunkai_serve_url);
+    let srv = ServerProcess::start(&mut bunkai_cmd(&["scatter", "serve", o, "--listen", "127.0.0.1:0"]), bunkai_serve_url);
     let c1 = d.path().join("cache1");
     let net = behaviour(run_with_stdin(
-        &mut bunkai_cmd(&["run", &srv.url, "--cache", c1.to_str().unwrap(), "--", ":memory:"]),
+        &mut bunkai_cmd(&["scatter", "run", &srv.url, "--cache", c1.to_str().unwrap(), "--", ":memory:"]),
         Some(&full),
     ));
     assert_eq!(want_full, net, "SQLite run over HTTP behaves differently");
@@ -87,7 +87,7 @@ fn sqlite_profiled_grouped_and_run_over_http() {
     let c2 = d.path().join("cache2");
     let got_q = behaviour(run_with_stdin(
         &mut bunkai_cmd(&[
-            "run", &srv.url, "--cache", c2.to_str().unwrap(), "--no-preload", "--no-compress", "--",
+            "scatter", "run", &srv.url, "--cache", c2.to_str().unwrap(), "--no-preload", "--no-compress", "--",
             db_net.to_str().unwrap(),
         ]),
         Some(&query),
@@ -110,7 +110,7 @@ fn sqlite_profiled_grouped_and_run_over_http() {
     let c3 = d.path().join("cache3");
     let db_py = d.path().join("py.db");
     let got_py = behaviour(run_with_stdin(
-        &mut bunkai_cmd(&["run", &py.url, "--cache", c3.to_str().unwrap(), "--", db_py.to_str().unwrap()]),
+        &mut bunkai_cmd(&["scatter", "run", &py.url, "--cache", c3.to_str().unwrap(), "--", db_py.to_str().unwrap()]),
         Some(&query),
     ));
     assert_eq!(want_q, got_py, "SQLite from python's http.server behaves differently");
@@ -123,7 +123,7 @@ fn sqlite_profiled_grouped_and_run_over_http() {
     std::fs::write(&one, "select 1;\n").unwrap();
     for run in 1..=40 {
         let c = d.path().join(format!("short{run}"));
-        let r = run_with_stdin(&mut bunkai_cmd(&["run", &srv.url, "--cache", c.to_str().unwrap(), "--", ":memory:"]), Some(&one));
+        let r = run_with_stdin(&mut bunkai_cmd(&["scatter", "run", &srv.url, "--cache", c.to_str().unwrap(), "--", ":memory:"]), Some(&one));
         let err = String::from_utf8_lossy(&r.stderr);
         assert_eq!(r.status.code(), Some(0), "short run {run}: {err}");
         assert_eq!(String::from_utf8_lossy(&r.stdout), "1\n", "short run {run}: {err}");
@@ -144,7 +144,7 @@ fn sqlite_profiled_grouped_and_run_over_http() {
     }
     for (extra, cache) in [(None, "cache4"), (Some("--no-compress"), "cache5")] {
         let c = d.path().join(cache);
-        let mut args = vec!["run", &srv.url, "--cache", c.to_str().unwrap()];
+        let mut args = vec!["scatter", "run", &srv.url, "--cache", c.to_str().unwrap()];
         args.extend(extra);
         args.extend(["--", ":memory:"]);
         let r = run_with_stdin(&mut bunkai_cmd(&args), Some(&query));
@@ -171,40 +171,40 @@ fn profiles_are_checked() {
     scatter(&b, &srcs, &[], &["-O2", "-lm", "-lpthread"]);
     let (ao, bo) = (a.to_str().unwrap(), b.to_str().unwrap());
 
-    let (code, err) = bunkai_fails(&["group", bo, "--threshold", "4KiB"]);
+    let (code, err) = bunkai_fails(&["scatter", "group", bo, "--threshold", "4KiB"]);
     assert_eq!(code, 1);
-    assert!(err.starts_with("bunkai group: ") && err.contains("no profile") && err.contains("bunkai profile"), "{err}");
+    assert!(err.starts_with("bunkai scatter: ") && err.contains("no profile") && err.contains("bunkai scatter profile"), "{err}");
 
-    let p = run_with_stdin(&mut bunkai_cmd(&["profile", ao, "--", d.path().join("x.txt").to_str().unwrap()]), None);
+    let p = run_with_stdin(&mut bunkai_cmd(&["scatter", "profile", ao, "--", d.path().join("x.txt").to_str().unwrap()]), None);
     assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
     // --append merges a second run: the count of runs goes up, ids stay unique.
-    let p = run_with_stdin(&mut bunkai_cmd(&["profile", ao, "--append", "--", d.path().join("y.txt").to_str().unwrap()]), None);
+    let p = run_with_stdin(&mut bunkai_cmd(&["scatter", "profile", ao, "--append", "--", d.path().join("y.txt").to_str().unwrap()]), None);
     assert!(p.status.success());
     let prof = std::fs::read_to_string(a.join("profile")).unwrap();
     assert!(prof.contains("\nruns 2\n"), "{prof}");
 
     // A profile of another build is refused, with what to do.
     std::fs::copy(a.join("profile"), b.join("profile")).unwrap();
-    let (_, err) = bunkai_fails(&["group", bo, "--threshold", "4KiB"]);
+    let (_, err) = bunkai_fails(&["scatter", "group", bo, "--threshold", "4KiB"]);
     assert!(err.contains("another build") && err.contains("profile again"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(!b.join("lib/features/groups.map").exists());
 
     // A damaged profile too.
     std::fs::write(b.join("profile"), "format bunkai-profile/1\nbuild zz\n").unwrap();
-    let (_, err) = bunkai_fails(&["group", bo]);
+    let (_, err) = bunkai_fails(&["scatter", "group", bo]);
     assert!(err.contains("damaged"), "{err}");
 
     // Bad thresholds and URLs: one line each.
-    let (code, err) = bunkai_fails(&["group", ao, "--threshold", "lots"]);
+    let (code, err) = bunkai_fails(&["scatter", "group", ao, "--threshold", "lots"]);
     assert_eq!((code, err.lines().count()), (1, 1), "{err}");
-    let (_, err) = bunkai_fails(&["run", "ftp://example/x"]);
-    assert!(err.starts_with("bunkai run: ") && err.contains("http://"), "{err}");
-    let (_, err) = bunkai_fails(&["serve", d.path().to_str().unwrap(), "--listen", "127.0.0.1:0"]);
+    let (_, err) = bunkai_fails(&["scatter", "run", "ftp://example/x"]);
+    assert!(err.starts_with("bunkai scatter: ") && err.contains("http://"), "{err}");
+    let (_, err) = bunkai_fails(&["scatter", "serve", d.path().to_str().unwrap(), "--listen", "127.0.0.1:0"]);
     assert!(err.contains("not a scatter output"), "{err}");
 
     // Grouped at a tiny threshold the program still behaves the same.
-    bunkai_ok(&["group", ao, "--threshold", "1KiB"]);
+    bunkai_ok(&["scatter", "group", ao, "--threshold", "1KiB"]);
     let orig = a.join("original/features");
     let f1 = d.path().join("o1.txt");
     let f2 = d.path().join("o2.txt");
@@ -278,7 +278,7 @@ fn profiles_are_checked() {
         }
         let last = err.lines().last().unwrap_or("");
         assert_eq!(r.status.code(), Some(127), "map mutant {i} ({how}): {err}");
-        assert!(last.contains("groups.map") && last.contains("bunkai group)"), "map mutant {i} ({how}): {err}");
+        assert!(last.contains("groups.map") && last.contains("bunkai scatter group)"), "map mutant {i} ({how}): {err}");
         refused += 1;
     }
     assert!(refused >= 250, "{refused} refused, {same} ran as the original");

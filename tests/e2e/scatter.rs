@@ -1,5 +1,5 @@
-//! End-to-end tests of `bunkai scatter` and `bunkai stats`: the real CLI on
-//! real programs, compared with the same program built normally.
+//! End-to-end tests of `bunkai scatter` and `bunkai scatter stats`: the real
+//! CLI on real programs, compared with the same program built normally.
 
 use bunkai_e2e::*;
 use std::path::{Path, PathBuf};
@@ -111,7 +111,7 @@ fn stats_reports_sizes_from_the_files() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("out");
     scatter(&out, &features_srcs(), &[], &["-O2", "-lm", "-lpthread"]);
-    let o = bunkai_ok(&["stats", out.to_str().unwrap(), "--json"]);
+    let o = bunkai_ok(&["scatter", "stats", out.to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let m: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
@@ -126,7 +126,7 @@ fn stats_reports_sizes_from_the_files() {
     assert_eq!(v["library_bytes"].as_u64().unwrap(), total);
     let orig = std::fs::metadata(out.join("original/features")).unwrap().len();
     assert_eq!(v["original_bytes"].as_u64().unwrap(), orig);
-    let text = bunkai_ok(&["stats", out.to_str().unwrap()]);
+    let text = bunkai_ok(&["scatter", "stats", out.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("of the original"));
 }
 
@@ -187,7 +187,7 @@ fn sqlite_shell_gives_identical_output_on_a_substantial_script() {
     assert_eq!(std::fs::read(&db1).unwrap(), std::fs::read(&db2).unwrap(), "database files differ");
 
     // The launcher is small: the paper's target for SQLite is <= 20%.
-    let o = bunkai_ok(&["stats", out.to_str().unwrap(), "--json"]);
+    let o = bunkai_ok(&["scatter", "stats", out.to_str().unwrap(), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let ratio = v["launcher_ratio"].as_f64().unwrap();
     assert!(ratio <= 20.0, "SQLite launcher is {ratio:.1}% of the original");
@@ -273,8 +273,8 @@ fn cli_basics() {
     let h = bunkai_ok(&["help", "scatter"]);
     let h = String::from_utf8_lossy(&h.stdout);
     assert!(h.contains("--lib") && h.contains("CLANG_FLAGS"), "{h}");
-    let (_, err) = bunkai_fails(&["stats", "/nonexistent-dir"]);
-    assert!(err.starts_with("bunkai stats: ") && err.contains("manifest.json"), "{err}");
+    let (_, err) = bunkai_fails(&["scatter", "stats", "/nonexistent-dir"]);
+    assert!(err.starts_with("bunkai scatter: ") && err.contains("manifest.json"), "{err}");
     let (_, err) = bunkai_fails(&["flow", "points", "/nonexistent"]);
     assert!(err.starts_with("bunkai flow: ") && err.trim_end().lines().count() == 1, "{err}");
     let (_, err) = bunkai_fails(&["trace", "report", "/nonexistent.bkt"]);

@@ -301,7 +301,7 @@ pub fn sqlite_flags() -> Vec<String> {
     f.split_whitespace().map(String::from).collect()
 }
 
-/// A server process under test (`bunkai serve`, `python3 -m http.server`):
+/// A server process under test (`bunkai scatter serve`, `python3 -m http.server`):
 /// started, polled until it prints its URL, killed when dropped.
 pub struct ServerProcess {
     child: std::process::Child,
