@@ -289,7 +289,9 @@ mod tests {
         assert!(err("<xflow name=\"f\"><start><pointcut>access(p.x)</pointcut></start><transit><pointcut>access(p.x)</pointcut><xin_move name=\"a\" from=\"b\" to=\"c\"/></transit></xflow>").contains("needs a <field"));
         assert!(err("<xflow name=\"f\"><start><pointcut>access(p.x)</pointcut></start><transit><pointcut>access(p.x)</pointcut><xin_copy name=\"a\" from=\"b\" to=\"c\"/><field name=\"h\" offset=\"x\" size=\"3\"/></transit></xflow>").contains("not a whole number"));
         assert!(err("<bogus/>").contains("unknown element <bogus>"));
-        assert!(err("<advice><pointcut>access(p.x)</pointcut><before>;</before>").contains("not well-formed XML"));
+        assert!(err("<advice><pointcut>access(p.x)</pointcut><before>;</before>").contains("1:1: <advice> is never closed (add </advice>)"));
+        assert!(err("<advice><pointcut>access(p.x)</pointcut>\n  <before>;").contains("2:3: <before> is never closed"));
+        assert!(err("<advice><pointcut>access(p.x)</pointcut><before>;</before></advice></advice>").contains("not well-formed XML"));
         assert!(err("").contains("no <advice> and no <xflow>") || err("").contains("well-formed"));
     }
 
