@@ -192,7 +192,13 @@ pub fn check_programs(a: &Aspect, progs: &[Program]) -> (Vec<Diag>, Vec<Selectio
                     names()
                 ),
             });
-        } else if sel.is_empty() || (u.after && !u.before && !any_after) {
+        } else if sel.is_empty() {
+            let (at, why) = crate::select::why_none(&u.pointcut.expr, &progs);
+            d.push(Diag {
+                pos: if at.line == 0 { u.pointcut.pos } else { at },
+                msg: format!("{}: the pointcut selects no join point in {}: {why} (see `bunkai flow points`)", u.what, names()),
+            });
+        } else if u.after && !u.before && !any_after {
             d.push(Diag {
                 pos: u.pointcut.pos,
                 msg: format!("{}: the pointcut selects no join point in {} (see `bunkai flow points`)", u.what, names()),

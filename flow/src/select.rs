@@ -116,3 +116,86 @@ pub fn selects(e: &Expr, jp: &JoinPoint, host: &Option<String>) -> bool {
         },
     }
 }
+
+/// Why a pointcut that selects nothing does: the first term that selects no
+/// join point by itself (a struct never accessed, a member it does not
+/// have, a function or file without join points), with the nearest names
+/// the programs do have; or, when every term selects something, that they
+/// select nothing together. Terms inside NOT are left out (they select by
+/// excluding).
+pub fn why_none(e: &Expr, progs: &[Program]) -> (Pos, String) {
+    let jps = || progs.iter().flat_map(|p| p.jps.iter().map(move |jp| (jp, &p.host)));
+    let mut positive = Vec::new();
+    fn walk<'a>(e: &'a Expr, out: &mut Vec<(&'a Prim, Pos)>) {
+        match e {
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                walk(a, out);
+                walk(b, out);
+            }
+            Expr::Not(_) => {}
+            Expr::Prim(p, pos) => out.push((p, *pos)),
+        }
+    }
+    walk(e, &mut positive);
+    for (p, pos) in &positive {
+        let alone = Expr::Prim((*p).clone(), *pos);
+        if jps().any(|(jp, h)| selects(&alone, jp, h)) {
+            continue;
+        }
+        let msg = match p {
+            Prim::Access { strukt, member } => {
+                let structs: Vec<&str> = names(jps().filter_map(|(jp, _)| jp.struct_name.as_deref()));
+                if !structs.contains(&strukt.as_str()) {
+                    format!("no access to struct {strukt} is a join point{}", nearest(strukt, &structs, "structs"))
+                } else {
+                    let m = member.as_deref().unwrap_or("");
+                    let members: Vec<&str> = names(
+                        jps()
+                            .filter(|(jp, _)| jp.struct_name.as_deref() == Some(strukt.as_str()))
+                            .filter_map(|(jp, _)| jp.member.as_deref())
+                            .flat_map(|m| m.split('|')),
+                    );
+                    format!("no access to member {m} of struct {strukt} is a join point{}", nearest(m, &members, "members accessed"))
+                }
+            }
+            Prim::WithinFunction { func, .. } => {
+                let fs: Vec<&str> = names(jps().map(|(jp, _)| jp.function.as_str()));
+                format!("no join point is in a function {func}{}", nearest(func, &fs, "functions with join points"))
+            }
+            Prim::WithinFile { path, .. } => {
+                let files: Vec<&str> = names(jps().map(|(jp, _)| jp.file.as_str()));
+                format!("no join point is in a file matching {path}{}", nearest(path, &files, "files"))
+            }
+            // target, local_var and xflow bind; they select every access
+            _ => continue,
+        };
+        return (*pos, msg);
+    }
+    (Pos { line: 0, col: 0 }, "each of its terms selects join points, but no join point satisfies them together".into())
+}
+
+/// The distinct names, sorted.
+fn names<'a>(it: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut v: Vec<&str> = it.collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// " (did you mean X?)" when a known name is close, else the first few
+/// known names.
+fn nearest(want: &str, known: &[&str], what: &str) -> String {
+    let best = known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(want, k), *k))
+        .min()
+        .filter(|(d, k)| *d <= 2.max(want.len().min(k.len()) / 3));
+    match best {
+        Some((_, k)) => format!(" (did you mean {k}?)"),
+        None if known.is_empty() => String::new(),
+        None => {
+            let shown: Vec<&str> = known.iter().take(8).copied().collect();
+            format!(" ({what}: {}{})", shown.join(", "), if known.len() > 8 { ", ..." } else { "" })
+        }
+    }
+}

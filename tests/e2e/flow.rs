@@ -710,7 +710,15 @@ fn check_selects_join_points_and_refuses_bad_aspects() {
         "{err}"
     );
     let err = bad("nowhere", "within_function(pkt_free)", "within_function(pkt_freed)", &[e]);
-    assert!(err.contains("nowhere.xml:13:15: xflow pktflow quit 1: the pointcut selects no join point in "), "{err}");
+    assert!(err.contains("nowhere.xml:13:36: xflow pktflow quit 1: the pointcut selects no join point in "), "{err}");
+    // the term that selects nothing, with the nearest name the program has
+    assert!(err.contains(": no join point is in a function pkt_freed (did you mean pkt_free?)"), "{err}");
+    let err = bad("member", "access(pkt.data) AND within_function(pkt_free)", "access(pkt.dat) AND within_function(pkt_free)", &[e]);
+    assert!(err.contains("member.xml:13:15: ") && err.contains("no access to member dat of struct pkt is a join point (did you mean data?)"), "{err}");
+    let err = bad("strukt", "access(pkt.data) AND within_function(pkt_free)", "access(packet.data) AND within_function(pkt_free)", &[e]);
+    assert!(err.contains("no access to struct packet is a join point"), "{err}");
+    let err = bad("together", "access(pkt.data) AND within_function(pkt_free)", "within_function(pkt_alloc) AND within_function(pkt_free)", &[e]);
+    assert!(err.contains("together.xml:13:15: ") && err.contains("each of its terms selects join points, but no join point satisfies them together"), "{err}");
     let err = bad("host", "within_function(pkt_free)", "within_function(pkt_free@dom0)", &[e]);
     assert!(err.contains("host.xml:13:36: no program is on host dom0 (give --program EXE@dom0)"), "{err}");
     let with_host = format!("{e}@dom0");
