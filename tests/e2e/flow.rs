@@ -738,6 +738,30 @@ fn check_selects_join_points_and_refuses_bad_aspects() {
     assert!(err.contains("nobefore.xml:18:3: <before> is never closed (add </before> after its code)"), "{err}");
 }
 
+/// records.c (built with the runtime in dir) run over n packets with its
+/// five functions' entry join points recorded, its buffers (BUNKAI_FLOW_BUF
+/// buf) in dir/bufs: returns the program and the buffer directory.
+fn records_run(dir: &Path, n: usize, buf: &str) -> (PathBuf, PathBuf) {
+    let exe = dir.join("records");
+    flow_cc_with_runtime("records", &["-O2"], &exe);
+    let jps = points(&exe);
+    let entry = |f: &str| -> String {
+        jps.iter().find(|j| j["kind"] == "entry" && j["function"] == f).unwrap_or_else(|| panic!("{f}"))["index"].to_string()
+    };
+    let bufs = dir.join("bufs");
+    std::fs::create_dir(&bufs).unwrap();
+    let mut args = vec![n.to_string()];
+    args.extend(["pkt_alloc", "pkt_clone", "front_send", "back_recv", "pkt_free"].iter().map(|f| entry(f)));
+    let out = Command::new(&exe)
+        .args(&args)
+        .env("BUNKAI_FLOW_DIR", &bufs)
+        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
+        .env("BUNKAI_FLOW_BUF", buf)
+        .output_within(DEADLINE);
+    assert!(out.status.success(), "{out:?}");
+    (exe, bufs)
+}
+
 /// `bunkai flow dump` and `report` on the buffers of a real two-process
 /// run (records.c does by hand what woven advice does): every flow's
 /// timeline crosses from the front end to the back end, and the Chrome and
@@ -745,28 +769,11 @@ fn check_selects_join_points_and_refuses_bad_aspects() {
 #[test]
 fn dump_and_report_follow_flows_across_processes() {
     let d = tempfile::tempdir().unwrap();
-    let exe = d.path().join("records");
-    flow_cc_with_runtime("records", &["-O2"], &exe);
-    let jps = points(&exe);
-    let entry = |f: &str| -> String {
-        jps.iter().find(|j| j["kind"] == "entry" && j["function"] == f).unwrap_or_else(|| panic!("{f}"))["index"].to_string()
-    };
-    let fns = ["pkt_alloc", "pkt_clone", "front_send", "back_recv", "pkt_free"];
-    let bufs = d.path().join("bufs");
-    std::fs::create_dir(&bufs).unwrap();
     let n = 30;
-    let mut args = vec![n.to_string()];
-    args.extend(fns.iter().map(|f| entry(f)));
     let wall = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
     let started = wall();
-    let out = Command::new(&exe)
-        .args(&args)
-        .env("BUNKAI_FLOW_DIR", &bufs)
-        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
-        .env("BUNKAI_FLOW_BUF", "1M")
-        .output_within(DEADLINE);
+    let (exe, bufs) = records_run(d.path(), n, "1M");
     let ended = wall();
-    assert!(out.status.success(), "{out:?}");
     let with_dir = |args: &[&str]| -> std::process::Output {
         let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE);
         assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
@@ -1618,23 +1625,7 @@ fn every_bundled_aspect_passes_check() {
 #[test]
 fn report_says_what_was_dropped_and_marks_the_flows() {
     let d = tempfile::tempdir().unwrap();
-    let exe = d.path().join("records");
-    flow_cc_with_runtime("records", &["-O2"], &exe);
-    let jps = points(&exe);
-    let entry = |f: &str| -> String {
-        jps.iter().find(|j| j["kind"] == "entry" && j["function"] == f).unwrap_or_else(|| panic!("{f}"))["index"].to_string()
-    };
-    let bufs = d.path().join("bufs");
-    std::fs::create_dir(&bufs).unwrap();
-    let mut args = vec!["3000".to_string()];
-    args.extend(["pkt_alloc", "pkt_clone", "front_send", "back_recv", "pkt_free"].iter().map(|f| entry(f)));
-    let out = Command::new(&exe)
-        .args(&args)
-        .env("BUNKAI_FLOW_DIR", &bufs)
-        .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
-        .env("BUNKAI_FLOW_BUF", "16K") // far too small for 3,000 packets
-        .output_within(DEADLINE);
-    assert!(out.status.success(), "{out:?}");
+    let (_, bufs) = records_run(d.path(), 3000, "16K"); // far too small for 3,000 packets
     let with_dir = |args: &[&str]| -> std::process::Output {
         let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE);
         assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
