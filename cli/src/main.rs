@@ -1,15 +1,16 @@
 //! bunkai: take programs apart while they run.
 //!
-//! One module per subcommand; each is a thin driver over its subsystem's
-//! library crate. Errors print as one line, `bunkai <subcommand>: <what>
+//! Each subcommand is a thin driver over its subsystem's library crate:
+//! scatter's and mod's verbs (arguments and what runs them) live in their
+//! crates' `src/cmd/<verb>.rs`; trace, share and flow dispatch from one
+//! module each here. Errors print as one line, `bunkai <subcommand>: <what>
 //! (<fix>)`, and exit non-zero.
 
 mod flow;
-mod modcmd;
-mod scatter;
 mod share;
 mod trace;
 
+use bunkai_scatter::cmd as scatter;
 use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::process::ExitCode;
@@ -35,15 +36,15 @@ enum Cmd {
     Scatter(scatter::ScatterArgs),
     // The old top-level spellings of scatter's verbs, hidden, for one release
     #[command(hide = true)]
-    Stats(scatter::StatsArgs),
+    Stats(scatter::stats::StatsArgs),
     #[command(hide = true)]
-    Profile(scatter::ProfileArgs),
+    Profile(scatter::profile::ProfileArgs),
     #[command(hide = true)]
-    Group(scatter::GroupArgs),
+    Group(scatter::group::GroupArgs),
     #[command(hide = true)]
-    Serve(scatter::ServeArgs),
+    Serve(scatter::serve::ServeArgs),
     #[command(hide = true)]
-    Run(scatter::RunArgs),
+    Run(scatter::run::RunArgs),
     /// Trace every instruction, memory reference and syscall (TURU)
     Trace(trace::Args),
     /// Run one multithreaded process across several hosts
@@ -51,7 +52,7 @@ enum Cmd {
     /// XenLASY: follow data through threads, processes and hosts: build with sleds, weave aspects in, report flows
     Flow(flow::Args),
     /// DKM: check, link and load code modules into a running host; unload, swap, predict
-    Mod(modcmd::Args),
+    Mod(bunkai_mod::cmd::Args),
 }
 
 impl Cmd {
@@ -241,7 +242,7 @@ fn main() -> ExitCode {
         Cmd::Group(a) => run_scatter(name, scatter::ScatterCmd::Group(a)),
         Cmd::Serve(a) => run_scatter(name, scatter::ScatterCmd::Serve(a)),
         Cmd::Run(a) => run_scatter(name, scatter::ScatterCmd::Run(a)),
-        Cmd::Mod(a) => modcmd::run(a),
+        Cmd::Mod(a) => bunkai_mod::cmd::run(a),
         Cmd::Trace(a) => trace::run(a),
         Cmd::Share(a) => share::run(a),
         Cmd::Flow(a) => flow::run(a),

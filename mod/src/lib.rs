@@ -14,8 +14,10 @@
 //!   measurement 2, the model's prediction error, dlopen beside ours.
 //! - fuzz.rs: a mutator of module objects and a dry link at fixed
 //!   addresses, for the fuzz tests here and the host campaign in tests/e2e.
+//! - cmd/: the command line, `bunkai mod <verb>`: one file a verb.
 
 pub mod bench;
+pub mod cmd;
 pub mod fuzz;
 pub mod link;
 pub mod memfd;

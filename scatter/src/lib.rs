@@ -15,8 +15,10 @@
 //! library per group and writes the group map; serve.rs serves an output
 //! over HTTP and run.rs runs one from a URL (http.rs is its client, index.rs
 //! the remote.json it reads first; the launcher's fetch library brings the
-//! groups while it runs). layout.rs names every file of an output.
+//! groups while it runs). layout.rs names every file of an output. cmd/ is
+//! the command line, `bunkai scatter <verb>`: one file a verb.
 
+pub mod cmd;
 pub mod driver;
 pub mod group;
 pub mod http;
