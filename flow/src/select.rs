@@ -125,19 +125,7 @@ pub fn selects(e: &Expr, jp: &JoinPoint, host: &Option<String>) -> bool {
 /// excluding).
 pub fn why_none(e: &Expr, progs: &[Program]) -> (Pos, String) {
     let jps = || progs.iter().flat_map(|p| p.jps.iter().map(move |jp| (jp, &p.host)));
-    let mut positive = Vec::new();
-    fn walk<'a>(e: &'a Expr, out: &mut Vec<(&'a Prim, Pos)>) {
-        match e {
-            Expr::And(a, b) | Expr::Or(a, b) => {
-                walk(a, out);
-                walk(b, out);
-            }
-            Expr::Not(_) => {}
-            Expr::Prim(p, pos) => out.push((p, *pos)),
-        }
-    }
-    walk(e, &mut positive);
-    for (p, pos) in &positive {
+    for (p, pos) in &e.positive_prims() {
         let alone = Expr::Prim((*p).clone(), *pos);
         if jps().any(|(jp, h)| selects(&alone, jp, h)) {
             continue;

@@ -269,9 +269,10 @@ static void home_apply(void) {
 /* ------------------------------------------------------------------ */
 /* Copies of pages                                                     */
 
+static uint32_t awaited; /* hosts await() read from since the loop's last poll */
+
 /* Waits for host h's reply of the given type for page; other messages
  * from h are queued. Returns the payload length. */
-static uint32_t awaited; /* hosts await() read from since the loop's last poll */
 static uint32_t await(int h, uint32_t type, uint64_t page, void *data) {
   static char pl[PAGE + 512];
   awaited |= 1u << h;

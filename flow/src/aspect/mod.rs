@@ -87,18 +87,28 @@ pub enum Expr {
 impl Expr {
     /// Every primitive, with its position, in source order.
     pub fn prims(&self) -> Vec<(&Prim, Pos)> {
+        self.collect(true)
+    }
+
+    /// The primitives that select by holding: those not under a NOT.
+    pub fn positive_prims(&self) -> Vec<(&Prim, Pos)> {
+        self.collect(false)
+    }
+
+    fn collect(&self, under_not: bool) -> Vec<(&Prim, Pos)> {
         let mut out = Vec::new();
-        fn walk<'a>(e: &'a Expr, out: &mut Vec<(&'a Prim, Pos)>) {
+        fn walk<'a>(e: &'a Expr, under_not: bool, out: &mut Vec<(&'a Prim, Pos)>) {
             match e {
                 Expr::And(a, b) | Expr::Or(a, b) => {
-                    walk(a, out);
-                    walk(b, out);
+                    walk(a, under_not, out);
+                    walk(b, under_not, out);
                 }
-                Expr::Not(a) => walk(a, out),
+                Expr::Not(a) if under_not => walk(a, under_not, out),
+                Expr::Not(_) => {}
                 Expr::Prim(p, pos) => out.push((p, *pos)),
             }
         }
-        walk(self, &mut out);
+        walk(self, under_not, &mut out);
         out
     }
 }
