@@ -8,8 +8,9 @@
  *                                   32 bytes (a HELLO and its answer)
  *   handshake client IP PORT KEYFILE N
  *                                   N connections of each kind, interleaved:
- *                                   connect, [handshake,] message, answer,
- *                                   close; medians in ns as JSON.
+ *                                   connect, [hello,] message, [the
+ *                                   server's proof,] answer, close;
+ *                                   medians in ns as JSON.
  * The plain exchange is what a runtime connection cost before
  * authentication (connect, then HELLO or START at once). */
 #include "runtime.h"
@@ -54,7 +55,8 @@ static void *serve(void *p) {
     if (fd < 0) continue;
     tune_socket(fd);
     char b[32];
-    if ((!auth || auth_server(fd, BKS_ROLE_CONTROL) == 0) && rd_all(fd, b, 32) == 0) wr_all(fd, b, 32);
+    int from;
+    if ((!auth || auth_server(fd, BKS_ROLE_CONTROL, &from) == 0) && rd_all(fd, b, 32) == 0) wr_all(fd, b, 32);
     close(fd);
   }
   return 0;
@@ -88,7 +90,9 @@ int main(int argc, char **argv) {
       uint64_t s = now_ns();
       int fd = tcp_connect(ip.s_addr, (uint16_t)(port + k));
       char b[32] = {1};
-      if (fd < 0 || (k && auth_client(fd, BKS_ROLE_CONTROL)) || wr_all(fd, b, 32) || rd_all(fd, b, 32)) {
+      struct bks_auth_hello h;
+      if (fd < 0 || (k && auth_hello(fd, BKS_ROLE_CONTROL, 0, &h)) || wr_all(fd, b, 32) ||
+          (k && auth_check(fd, &h)) || rd_all(fd, b, 32)) {
         fprintf(stderr, "handshake: connection %d failed\n", i);
         return 1;
       }

@@ -41,15 +41,24 @@
  *
  * 2. Authentication (every runtime connection, before any message)
  *
- *   client -> server  struct bks_auth_hello  (magic, version, role, nonce_c)
- *   server -> client  struct bks_auth_reply  (nonce_s, mac_s)
- *   client -> server  struct bks_auth_proof  (mac_c)
- *     mac_s = HMAC-SHA256(R, "bunkai-share server" || role || nonce_c || nonce_s)
- *     mac_c = HMAC-SHA256(R, "bunkai-share client" || role || nonce_c || nonce_s)
- *   (role as 4 little-endian bytes). The client checks mac_s before it
- *   proves itself; the server reads nothing else until mac_c checks. Fresh
- *   nonces on both sides: a recorded exchange replays to nobody. Anything
- *   else, or nothing within BKS_AUTH_MS, closes the connection.
+ *   client -> server  struct bks_auth_hello (magic, version, role, from,
+ *                     to, seq, mac_c), then at once its first message
+ *                     (HELLO or START), without waiting
+ *   server -> client  struct bks_auth_reply (mac_s), before anything else
+ *     mac_c = HMAC-SHA256(R, "bunkai-share client" || the hello's first 32 bytes)
+ *     mac_s = HMAC-SHA256(R, "bunkai-share server" || the hello's first 32 bytes)
+ *   `from` and `to` are the two hosts' indices (home 0), `seq` the
+ *   client's count of its connections of that role to that host, from 1.
+ *   The server reads the first message only once mac_c checks, `to` is
+ *   itself and it has not seen (role, from, seq) before (a window of
+ *   BKS_AUTH_WINDOW numbers below the highest seen; older ones are
+ *   refused); the client reads nothing else until mac_s checks. R is new
+ *   in every run and the MAC names both hosts, so a recorded hello is
+ *   refused by every server of every run, its own included. No round
+ *   trip is added: the first message travels with the hello (the daemon's
+ *   handshake with the CLI, under the cluster key, is the 3-message one of
+ *   share/src/auth.rs). Anything else, or nothing within BKS_AUTH_MS,
+ *   closes the connection.
  *
  * 3. Wire protocol between the runtimes (TCP, little-endian)
  *
@@ -70,13 +79,14 @@
 
 #include <stdint.h>
 
-#define BKS_VERSION 3u
+#define BKS_VERSION 4u
 #define BKS_MAGIC 0x314b5342u /* "BSK1" */
 #define BKS_MAX_HOSTS 16
 #define BKS_MAX_THREADS 1024
 #define BKS_PAGE 4096u
 #define BKS_KEY_BYTES 32u
 #define BKS_AUTH_MS 5000 /* a peer has this long to finish the handshake */
+#define BKS_AUTH_WINDOW 1024 /* how far below the highest seq a hello may come */
 
 /* The runtime's private region: the same address on every host, reserved
  * PROT_NONE before the program runs so the program never maps there; each
@@ -90,15 +100,14 @@ struct bks_auth_hello {
   uint32_t magic;      /* BKS_MAGIC */
   uint32_t version;    /* BKS_VERSION */
   uint32_t role;       /* enum bks_role */
+  uint32_t from;       /* the client's host index (home 0) */
+  uint32_t to;         /* the server's host index */
   uint32_t pad;
-  uint8_t nonce[32];
+  uint64_t seq;        /* the client's connections of this role to `to`, from 1 */
+  uint8_t mac[32];     /* mac_c */
 };
 struct bks_auth_reply {
-  uint8_t nonce[32];
-  uint8_t mac[32];
-};
-struct bks_auth_proof {
-  uint8_t mac[32];
+  uint8_t mac[32];     /* mac_s */
 };
 
 enum bks_msg_type {
@@ -218,8 +227,8 @@ static_assert(sizeof(struct bks_msg) == 32, "bks_msg");
 _Static_assert(sizeof(struct bks_msg) == 32, "bks_msg");
 _Static_assert(sizeof(struct bks_hello) == 20, "bks_hello");
 _Static_assert(sizeof(struct bks_start) == 48, "bks_start");
-_Static_assert(sizeof(struct bks_auth_hello) == 48, "bks_auth_hello");
-_Static_assert(sizeof(struct bks_auth_reply) == 64, "bks_auth_reply");
+_Static_assert(sizeof(struct bks_auth_hello) == 64, "bks_auth_hello");
+_Static_assert(sizeof(struct bks_auth_reply) == 32, "bks_auth_reply");
 _Static_assert(sizeof(struct bks_stats) <= BKS_STATS_SIZE, "bks_stats");
 #endif
 

@@ -1,22 +1,30 @@
 /* auth.c: the handshake every runtime connection opens with
- * (bunkai_share.h section 2): both sides prove they hold the run key R,
- * each with a MAC over both sides' fresh nonces, before anything else is
- * read. The node daemon's handshake (share/src/auth.rs) is the same
- * exchange under the cluster key. Rules: runtime.h. */
+ * (bunkai_share.h section 2). The client's hello names the role, both
+ * hosts and a number the client never uses twice for that role and host,
+ * and carries a MAC under the run key R; its first message follows at
+ * once. The server answers with its own MAC over the same hello before
+ * anything else, and reads the first message only once the hello's MAC
+ * checks and its number is new (a window per role and peer). So no round
+ * trip is added to a connection, a recorded hello is refused everywhere
+ * (R is new in every run, the MAC names the two hosts, the window refuses
+ * it at its own server), and neither side acts on a word from a peer that
+ * has not shown it holds R. The node daemon's handshake with the CLI
+ * (share/src/auth.rs) is a separate exchange under the cluster key.
+ * Rules: runtime.h. */
 #include "runtime.h"
+#include <sys/socket.h>
 
 static const char SERVER[] = "bunkai-share server";
 static const char CLIENT[] = "bunkai-share client";
+#define SIGNED 32 /* the hello's bytes the MACs cover: everything before mac */
 
-/* mac = HMAC(R, label || role || nonce_c || nonce_s) */
-static void mac_for(const char *label, uint32_t role, const uint8_t *nc, const uint8_t *ns, uint8_t out[32]) {
-  uint8_t m[32 + 4 + 64];
+/* mac = HMAC(R, label || hello[0..32)) */
+static void mac_for(const char *label, const struct bks_auth_hello *h, uint8_t out[32]) {
+  uint8_t m[32 + SIGNED];
   size_t l = slen(label);
   memcpy(m, label, l);
-  for (int i = 0; i < 4; i++) m[l + i] = (uint8_t)(role >> (8 * i));
-  memcpy(m + l + 4, nc, 32);
-  memcpy(m + l + 36, ns, 32);
-  hmac_sha256(g.key, BKS_KEY_BYTES, m, l + 68, out);
+  memcpy(m + l, h, SIGNED);
+  hmac_sha256(g.key, BKS_KEY_BYTES, m, l + SIGNED, out);
 }
 
 /* Compares in time that does not depend on where they differ. */
@@ -26,14 +34,14 @@ static int same(const uint8_t *a, const uint8_t *b) {
   return d == 0;
 }
 
-enum { AUTH_OK = 0, AUTH_IO = -1, AUTH_PROTO = -2, AUTH_KEY = -3, AUTH_TIME = -4 };
-
 const char *auth_error(int e) {
   switch (e) {
   case AUTH_IO: return "the connection ended during the handshake";
   case AUTH_PROTO: return "not a bunkai share runtime of this version";
   case AUTH_KEY: return "wrong key";
   case AUTH_TIME: return "no handshake within 5 s";
+  case AUTH_REPLAY: return "a hello seen before (replayed)";
+  case AUTH_PEER: return "a hello meant for another host";
   default: return "handshake failed";
   }
 }
@@ -43,36 +51,78 @@ static int rd(int fd, void *b, size_t n, uint64_t deadline) {
   return r == -ETIMEDOUT ? AUTH_TIME : r ? AUTH_IO : AUTH_OK;
 }
 
-int auth_client(int fd, uint32_t role) {
+/* The client's numbers, per role and server host. */
+static uint64_t next_seq[3][BKS_MAX_HOSTS];
+
+int auth_hello(int fd, uint32_t role, int to, struct bks_auth_hello *h) {
+  if (role > 2 || to < 0 || to >= BKS_MAX_HOSTS) return AUTH_PROTO;
+  *h = (struct bks_auth_hello){BKS_MAGIC, BKS_VERSION, role, (uint32_t)g.self, (uint32_t)to, 0,
+                               __atomic_add_fetch(&next_seq[role][to], 1, __ATOMIC_RELAXED), {0}};
+  mac_for(CLIENT, h, h->mac);
+  /* MSG_MORE: the first message, sent next, leaves in the same segment */
+  long r;
+  do r = sc6(SYS_sendto, fd, (long)h, sizeof *h, MSG_MORE | MSG_NOSIGNAL, 0, 0);
+  while (r == -EINTR);
+  if (r < 0) return AUTH_IO;
+  return (size_t)r < sizeof *h && wr_all(fd, (char *)h + r, sizeof *h - (size_t)r) ? AUTH_IO : AUTH_OK;
+}
+
+int auth_check(int fd, const struct bks_auth_hello *h) {
   uint64_t deadline = now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull;
-  struct bks_auth_hello h = {BKS_MAGIC, BKS_VERSION, role, 0, {0}};
-  if (random_bytes(h.nonce, 32)) return AUTH_IO;
-  if (wr_all(fd, &h, sizeof h)) return AUTH_IO;
   struct bks_auth_reply r;
   int e = rd(fd, &r, sizeof r, deadline);
   if (e) return e;
   uint8_t want[32];
-  mac_for(SERVER, role, h.nonce, r.nonce, want);
-  if (!same(want, r.mac)) return AUTH_KEY;
-  struct bks_auth_proof p;
-  mac_for(CLIENT, role, h.nonce, r.nonce, p.mac);
-  return wr_all(fd, &p, sizeof p) ? AUTH_IO : AUTH_OK;
+  mac_for(SERVER, h, want);
+  return same(want, r.mac) ? AUTH_OK : AUTH_KEY;
 }
 
-int auth_server(int fd, uint32_t role) {
+/* The numbers a server has seen, per role and client host: the highest,
+ * and which of the BKS_AUTH_WINDOW below it (a bit for seq s at s %
+ * BKS_AUTH_WINDOW). */
+static struct window {
+  uint64_t top;
+  uint64_t bits[BKS_AUTH_WINDOW / 64];
+} seen[3][BKS_MAX_HOSTS];
+static volatile int seen_lock;
+
+#define BIT(w, s) ((w)->bits[((s) % BKS_AUTH_WINDOW) / 64])
+#define MASK(s) (1ull << ((s) % 64))
+
+/* 1 if seq is new for w (and now seen), 0 if seen or too old. */
+static int fresh(struct window *w, uint64_t seq) {
+  if (!seq) return 0;
+  if (seq > w->top) {
+    if (seq - w->top >= BKS_AUTH_WINDOW) memset(w->bits, 0, sizeof w->bits);
+    else
+      for (uint64_t s = w->top + 1; s < seq; s++) BIT(w, s) &= ~MASK(s);
+    w->top = seq;
+    BIT(w, seq) |= MASK(seq);
+    return 1;
+  }
+  if (w->top - seq >= BKS_AUTH_WINDOW || (BIT(w, seq) & MASK(seq))) return 0;
+  BIT(w, seq) |= MASK(seq);
+  return 1;
+}
+
+int auth_server(int fd, uint32_t role, int *from) {
   uint64_t deadline = now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull;
   struct bks_auth_hello h;
   int e = rd(fd, &h, sizeof h, deadline);
   if (e) return e;
-  if (h.magic != BKS_MAGIC || h.version != BKS_VERSION || h.role != role) return AUTH_PROTO;
-  struct bks_auth_reply r;
-  if (random_bytes(r.nonce, 32)) return AUTH_IO;
-  mac_for(SERVER, role, h.nonce, r.nonce, r.mac);
-  if (wr_all(fd, &r, sizeof r)) return AUTH_IO;
-  struct bks_auth_proof p;
-  e = rd(fd, &p, sizeof p, deadline);
-  if (e) return e;
+  if (h.magic != BKS_MAGIC || h.version != BKS_VERSION || h.role != role || h.from >= BKS_MAX_HOSTS || h.pad)
+    return AUTH_PROTO;
   uint8_t want[32];
-  mac_for(CLIENT, role, h.nonce, r.nonce, want);
-  return same(want, p.mac) ? AUTH_OK : AUTH_KEY;
+  mac_for(CLIENT, &h, want);
+  if (!same(want, h.mac)) return AUTH_KEY;
+  if (h.to != (uint32_t)g.self) return AUTH_PEER;
+  lock(&seen_lock);
+  int ok = fresh(&seen[role][h.from], h.seq);
+  unlock(&seen_lock);
+  if (!ok) return AUTH_REPLAY;
+  struct bks_auth_reply r;
+  mac_for(SERVER, &h, r.mac);
+  if (wr_all(fd, &r, sizeof r)) return AUTH_IO;
+  *from = (int)h.from;
+  return AUTH_OK;
 }

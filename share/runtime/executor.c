@@ -87,9 +87,12 @@ void hand_over_tid_word(void) {
 }
 
 /* Connects to node h's thread listener from the address that node knows
- * us by, and proves the run key. A handshake that fails (the replica busy
- * with peers that say nothing) is tried again for up to 30 s. */
-static int connect_node(int h) {
+ * us by and sends our hello with START behind it (one flight: no round
+ * trip before the thread starts), then waits for the replica to show it
+ * holds the run key. A replica busy with peers that say nothing closes
+ * the connection before it reads anything: that is tried again, with a
+ * new hello, for up to 30 s; anything else ends the run. */
+static int connect_node(int h, const struct bks_start *st) {
   uint64_t deadline = now_ns() + 30ull * 1000000000ull;
   for (;;) {
     struct sockaddr_in local;
@@ -109,10 +112,16 @@ static int connect_node(int h) {
       return (int)r; /* the replica is gone */
     }
     tune_socket(fd);
-    int e = auth_client(fd, BKS_ROLE_THREAD);
+    struct bks_auth_hello ah;
+    int e = auth_hello(fd, BKS_ROLE_THREAD, h, &ah);
+    if (!e) {
+      send_msg(fd, BKS_START, 0, 0, 0, st, sizeof *st);
+      e = auth_check(fd, &ah);
+    }
     if (!e) return fd;
     sc1(SYS_close, fd);
-    if (now_ns() > deadline) die("node %d's replica failed the handshake for 30 s (%s)", h, (long)auth_error(e), 0, 0);
+    if (e != AUTH_IO) die("node %d's replica failed the handshake (%s)", h, (long)auth_error(e), 0, 0);
+    if (now_ns() > deadline) die("node %d's replica refused our connections for 30 s (%s)", h, (long)auth_error(e), 0, 0);
     sleep_ms(50);
   }
 }
@@ -125,10 +134,9 @@ static uint64_t executor(void *p) {
   ts->thread = x->thread, ts->host = x->host, ts->tid = (uint32_t)tid;
   if (g.stats->nthreads < x->thread + 1 && x->thread < BKS_MAX_THREADS) g.stats->nthreads = x->thread + 1;
   __atomic_fetch_add(&g.stats->host[h].threads, 1, __ATOMIC_RELAXED);
-  int fd = connect_node(h);
-  if (fd < 0) node_gone(h, fd);
   struct bks_start st = {(uint64_t)x->fn, (uint64_t)x->arg, x->app_sp, x->fs, x->thread, (uint32_t)tid, g.home_pid, 0};
-  send_msg(fd, BKS_START, 0, 0, 0, &st, sizeof st);
+  int fd = connect_node(h, &st);
+  if (fd < 0) node_gone(h, fd);
   uint64_t ret = 0;
   for (;;) {
     struct bks_msg m;

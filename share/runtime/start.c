@@ -171,7 +171,8 @@ static void refuse_caller(int fd, const struct sockaddr_in *a, const char *why) 
 static void hello(void *p) {
   struct caller *c = p;
   block_signals();
-  int e = auth_server(c->fd, BKS_ROLE_CONTROL);
+  int from = 0;
+  int e = auth_server(c->fd, BKS_ROLE_CONTROL, &from);
   if (e) {
     refuse_caller(c->fd, &c->a, auth_error(e));
     return;
@@ -182,7 +183,7 @@ static void hello(void *p) {
   uint64_t deadline = now_ns() + (uint64_t)BKS_AUTH_MS * 1000000ull;
   if (rd_deadline(c->fd, &m, sizeof m, deadline) || m.type != BKS_HELLO || m.len != sizeof hi ||
       rd_deadline(c->fd, &hi, sizeof hi, deadline) || hi.magic != BKS_MAGIC || hi.version != BKS_VERSION ||
-      hi.host < 1 || (int)hi.host > g_nodes) {
+      hi.host < 1 || (int)hi.host > g_nodes || (int)hi.host != from) {
     refuse_caller(c->fd, &c->a, "no valid HELLO after the handshake");
     return;
   }
@@ -298,7 +299,8 @@ static void replica_start(const char *s, char *buf) {
     if (now_ns() > deadline) die("cannot reach the home host (%d)", fd, 0, 0, 0);
     sleep_ms(20);
   }
-  int e = auth_client(fd, BKS_ROLE_CONTROL);
+  struct bks_auth_hello ah;
+  int e = auth_hello(fd, BKS_ROLE_CONTROL, 0, &ah);
   if (e) die("the home host failed the handshake (%s)", (long)auth_error(e), 0, 0, 0);
   g.hosts[0].fd = fd;
   /* our listener for thread connections, on the address home reached us
@@ -315,6 +317,10 @@ static void replica_start(const char *s, char *buf) {
   struct bks_hello hi = {BKS_MAGIC, BKS_VERSION, (uint32_t)g.self, __builtin_bswap16(a.sin_port), 0,
                          (uint32_t)sc0(SYS_getpid)};
   send_msg(fd, BKS_HELLO, 0, 0, 0, &hi, sizeof hi);
+  /* HELLO went with our hello; home's word is heard only once it has
+   * shown it holds the run key */
+  e = auth_check(fd, &ah);
+  if (e) die("the home host failed the handshake (%s)", (long)auth_error(e), 0, 0, 0);
   uffd_open(0);
   /* off the program's stack (it is about to be emptied), never to return */
   char *stack = priv_alloc(1 << 20);

@@ -1,6 +1,5 @@
-//! Authentication (bunkai_share.h section 2): the challenge-response that
-//! opens every connection, the run key, and the MACs on the CLI-node JSON
-//! lines.
+//! Authentication: the challenge-response that opens the CLI's connection
+//! to a node daemon, the run key, and the MACs on the CLI-node JSON lines.
 //!
 //! ```text
 //! client -> server  magic, version, role, nonce_c (48 bytes)
@@ -8,8 +7,10 @@
 //! client -> server  HMAC(key, "bunkai-share client" || role || nonce_c || nonce_s)
 //! ```
 //!
-//! The runtimes speak it under the run key (share/runtime/auth.c); the CLI
-//! and the node daemon under the cluster key, with role DAEMON. Each side
+//! The CLI and the node daemon speak it under the cluster key, with role
+//! DAEMON. (The runtimes' connections open with a hello that carries the
+//! client's proof and its first message in one flight, under the run key:
+//! bunkai_share.h section 2, share/runtime/auth.c.) Each side
 //! checks the other's MAC over both fresh nonces before it reads anything
 //! else, so a recorded exchange replays to nobody; a peer that says
 //! nothing is dropped after BKS_AUTH_MS.

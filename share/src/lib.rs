@@ -4,7 +4,7 @@
 //! share/include/bunkai_share.h (how the program is started, the stats page).
 //!
 //! - `key`: the cluster key file (`bunkai share key`).
-//! - `auth`: the handshake every connection opens with, the run key, the
+//! - `auth`: the CLI's handshake with a node daemon, the run key, the
 //!   MACs on the CLI-node lines.
 //! - `proto`: the JSON-lines protocol between `bunkai share run` and
 //!   `bunkai share node` (spawn a replica, its exit, kill it).

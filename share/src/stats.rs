@@ -6,9 +6,11 @@
 use serde::Serialize;
 
 pub const BKS_MAGIC: u32 = 0x314b_5342;
-pub const BKS_VERSION: u32 = 3;
+pub const BKS_VERSION: u32 = 4;
 pub const BKS_MAX_HOSTS: usize = 16;
 pub const BKS_MAX_THREADS: usize = 1024;
+/// bunkai_share.h BKS_AUTH_WINDOW: how far below the highest number a runtime hello may come.
+pub const BKS_AUTH_WINDOW: u32 = 1024;
 pub const BKS_STATS_SIZE: u64 = 65536;
 
 const OFF_MAGIC: usize = 0;
@@ -293,8 +295,8 @@ mod tests {
 #include "bunkai_share.h"
 int main(void) {
   printf("%u %u %d %d %u\n", BKS_MAGIC, BKS_VERSION, BKS_MAX_HOSTS, BKS_MAX_THREADS, BKS_STATS_SIZE);
-  printf("%u %d %d %d %zu %zu %zu\n", BKS_KEY_BYTES, BKS_AUTH_MS, BKS_ROLE_CONTROL, BKS_ROLE_THREAD,
-         sizeof(struct bks_auth_hello), sizeof(struct bks_auth_reply), sizeof(struct bks_auth_proof));
+  printf("%u %d %d %d %d %zu %zu\n", BKS_KEY_BYTES, BKS_AUTH_MS, BKS_AUTH_WINDOW, BKS_ROLE_CONTROL, BKS_ROLE_THREAD,
+         sizeof(struct bks_auth_hello), sizeof(struct bks_auth_reply));
   printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", offsetof(struct bks_stats, magic), offsetof(struct bks_stats, version),
          offsetof(struct bks_stats, hosts), offsetof(struct bks_stats, nthreads), offsetof(struct bks_stats, started_ns),
          offsetof(struct bks_stats, mappings), offsetof(struct bks_stats, failed_host), offsetof(struct bks_stats, failed_err),
@@ -319,7 +321,7 @@ int main(void) {
         use crate::auth;
         let want = format!(
             "{BKS_MAGIC} {BKS_VERSION} {BKS_MAX_HOSTS} {BKS_MAX_THREADS} {BKS_STATS_SIZE}\n\
-             {} {} {} {} 48 64 32\n\
+             {} {} {BKS_AUTH_WINDOW} {} {} 64 32\n\
              {OFF_MAGIC} {OFF_VERSION} {OFF_HOSTS} {OFF_NTHREADS} {OFF_STARTED} {OFF_MAPPINGS} {OFF_FAILED_HOST} {OFF_FAILED_ERR} {OFF_ERROR} {OFF_RETRIES} {OFF_CONVERTED} {OFF_REFUSED} {OFF_ZAPPED} {OFF_HOST} {OFF_THREAD}\n\
              {HOST_SIZE} {THREAD_SIZE} 16 {STATS_BYTES}\n",
             crate::key::KEY_BYTES,

@@ -1086,20 +1086,78 @@ fn three_hundred_idle_connections_do_not_take_the_node() {
     assert!(flag.exists());
 }
 
+/// Captures, in home's namespace, the first bytes a runtime sends to a
+/// replica's thread port (the executor's hello and START) and prints
+/// "PORT HEX". Prints "ready" once it listens.
+const SNIFF: &str = r#"
+import socket, struct, sys, time
+MAGIC, VERSION = int(sys.argv[1]), int(sys.argv[2])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.settimeout(1)
+print("ready", flush=True)
+want = struct.pack('<III', MAGIC, VERSION, 2)
+NEED = 64 + 32 + 48  # the hello, START's header and its payload
+flow, got = None, b''
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    try:
+        f = s.recv(65536)
+    except socket.timeout:
+        continue
+    if len(f) < 34 or f[12:14] != b'\x08\x00':
+        continue
+    ip = f[14:]
+    ihl = (ip[0] & 15) * 4
+    if ip[9] != 6:
+        continue
+    tcp = ip[ihl:struct.unpack('>H', ip[2:4])[0]]
+    data = tcp[(tcp[12] >> 4) * 4:]
+    ports = tcp[0:4]
+    if flow is None and data.startswith(want):
+        flow, got = ports, data
+    elif flow == ports:
+        got += data
+    if flow is not None and len(got) >= NEED:
+        print(struct.unpack('>H', tcp[2:4])[0], got[:NEED].hex(), flush=True)
+        sys.exit(0)
+sys.exit("no hello seen within 60 s")
+"#;
+
 /// During a run, the replica's thread port takes only the home host's
-/// executors: a bare START (no handshake) and a handshake with another key
-/// sent from the home host's own address are refused and logged, and the
-/// run ends as it does natively.
+/// executors: a bare START (no handshake), a hello under another key and
+/// a real executor's hello and START replayed byte for byte (captured on
+/// the link), all sent from the home host's own address, are refused
+/// without an answer and logged; the remote thread ran once, and the run
+/// ends as it does natively.
 #[test]
-fn a_replica_port_refuses_bare_messages_and_other_keys() {
+fn a_replica_port_refuses_bare_messages_other_keys_and_replays() {
     setup();
-    if !can_run("a_replica_port_refuses_bare_messages_and_other_keys", true, true) {
+    if !can_run("a_replica_port_refuses_bare_messages_other_keys_and_replays", true, true) {
         return;
     }
     let h = Hosts::new(1).unwrap();
     let mut c = h.node_exec(1, bunkai());
     c.args(["share", "node", "--listen", &format!("{}:7000", h.node_ip(1))]);
     let node = LoggedNode::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let sniff_err = dir.path().join("capture.err");
+    let mut sniffer = Command::new("ip")
+        .args(["netns", "exec", &h.name(0), "python3", "-c", SNIFF])
+        .arg(bunkai_share::stats::BKS_MAGIC.to_string())
+        .arg(bunkai_share::stats::BKS_VERSION.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&sniff_err).unwrap())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sout = sniffer.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(sout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(20)).expect("the capture did not start within 20 s"), "ready");
     let sync = share_program("sync");
     let run = h
         .home_exec(bunkai())
@@ -1111,19 +1169,13 @@ fn a_replica_port_refuses_bare_messages_and_other_keys() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // the replica's listener: the port on the node's address other than 7000
-    let mut port = None;
-    wait_until("the replica's thread listener", Duration::from_secs(30), || {
-        let ss = Command::new("ip").args(["netns", "exec", &h.name(1), "ss", "-ltnH"]).output_within(DEADLINE);
-        port = text(&ss.stdout)
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(3))
-            .filter_map(|a| a.strip_prefix(&format!("{}:", h.node_ip(1))))
-            .find(|p| *p != "7000")
-            .map(String::from);
-        port.is_some()
+    let line = rx.recv_timeout(Duration::from_secs(60));
+    let _ = sniffer.kill();
+    let _ = sniffer.wait();
+    let line = line.unwrap_or_else(|_| {
+        panic!("no executor hello captured: {}", std::fs::read_to_string(&sniff_err).unwrap_or_default())
     });
-    let port = port.unwrap();
+    let (port, hello) = line.split_once(' ').unwrap();
     let attack = |script: &str| {
         let out = Command::new("ip")
             .args(["netns", "exec", &h.name(0), "python3", "-c", script])
@@ -1132,23 +1184,32 @@ fn a_replica_port_refuses_bare_messages_and_other_keys() {
         text(&out.stdout)
     };
     let target = format!("('{}', {port})", h.node_ip(1));
+    let answer = "s.settimeout(10)\ntry: r=s.recv(100); print('closed' if r == b'' else 'answered')\nexcept ConnectionResetError: print('closed')";
     // a bare START: 32 bytes of header, 48 of payload
     let got = attack(&format!(
-        "import socket,struct\ns=socket.create_connection({target})\ns.sendall(struct.pack('<IIQQQ',32,48,0,0,0)+bytes(48))\ns.settimeout(10)\ntry: print('closed' if s.recv(100) == b'' else 'answered')\nexcept ConnectionResetError: print('closed')"
+        "import socket,struct\ns=socket.create_connection({target})\ns.sendall(struct.pack('<IIQQQ',32,48,0,0,0)+bytes(48))\n{answer}"
     ));
     assert_eq!(got.trim(), "closed", "the replica answered a bare START");
-    // a hello with the right magic, then a proof under another key
+    // a hello in the right form under another key, START behind it
     let got = attack(&format!(
-        "import socket,struct,os\ns=socket.create_connection({target})\ns.sendall(struct.pack('<IIII',0x314b5342,{v},2,0)+os.urandom(32))\nr=s.recv(64)\ns.sendall(os.urandom(32))\ns.settimeout(10)\ntry: print(len(r), 'closed' if s.recv(100) == b'' else 'answered')\nexcept ConnectionResetError: print(len(r), 'closed')",
+        "import socket,struct,os\ns=socket.create_connection({target})\ns.sendall(struct.pack('<IIIIIIQ',{m},{v},2,0,1,0,1)+os.urandom(32)+struct.pack('<IIQQQ',32,48,0,0,0)+bytes(48))\n{answer}",
+        m = bunkai_share::stats::BKS_MAGIC,
         v = bunkai_share::stats::BKS_VERSION
     ));
-    assert_eq!(got.trim(), "64 closed", "the replica kept a peer with another key");
-    node.wait_for("refused a thread connection from", 2);
+    assert_eq!(got.trim(), "closed", "the replica answered a peer with another key");
+    // the executor's own hello and START, again
+    let got = attack(&format!(
+        "import socket\ns=socket.create_connection({target})\ns.sendall(bytes.fromhex('{hello}'))\n{answer}"
+    ));
+    assert_eq!(got.trim(), "closed", "the replica answered a replayed hello");
+    node.wait_for("refused a thread connection from", 3);
     let log = node.log();
-    assert!(log.contains("(not a bunkai share runtime of this version)") && log.contains("(wrong key)"), "{log}");
+    for why in ["(not a bunkai share runtime of this version)", "(wrong key)", "(a hello seen before (replayed))"] {
+        assert!(log.contains(why), "no refusal {why} in the node's log: {log}");
+    }
     let out = finish_named(run, Duration::from_secs(60), "bunkai share run -- sync sleep 4");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with("sleep: started\n"), "{}", text(&out.stdout));
+    assert_eq!(text(&out.stdout), "sleep: started\nsleep: done\n", "the remote thread did not run exactly once");
 }
 
 /// A node started as root says so, and with --user it reads the key as
