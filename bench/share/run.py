@@ -105,7 +105,7 @@ def handshake(work, reps):
     beside the same connection without it."""
     exe = work / "handshake"
     rt = ROOT / "share/runtime"
-    sh("clang-14", "-O2", "-pthread", f"-I{rt}", f"-I{ROOT / 'share/include'}", "-o", str(exe),
+    sh("clang-14", "-O2", "-pthread", f"-I{rt}", f"-I{ROOT / 'share/include'}", f"-I{ROOT / 'common/runtime'}", "-o", str(exe),
        str(ROOT / "bench/share/handshake.c"), *[str(rt / f) for f in ["util.c", "auth.c", "sha256.c", "wire.c"]])
     key = os.environ["BUNKAI_SHARE_KEY"]
     srv = HOSTS.spawn(1, [exe, "server", 7272, key], stdout=subprocess.DEVNULL)
