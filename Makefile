@@ -4,6 +4,8 @@
 #   make demo   install dependencies, build, run the main job
 #   make test   build and run the whole test suite
 #   make bench  run the benchmarks; results go to bench/results/
+#   make install  install under $(PREFIX) (default /usr/local; DESTDIR honoured)
+#   make deb    a Debian package in build/ (apt install ./build/bunkai_*.deb)
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
@@ -11,7 +13,10 @@ BUILD   := $(CURDIR)/build
 CARGO   ?= cargo
 JOBS    ?= $(shell nproc)
 
-.PHONY: all native cli deps demo test unit e2e bench stress-share clean fetch-sqlite fetch-memcached fetch-apache
+PREFIX  ?= /usr/local
+DESTDIR ?=
+
+.PHONY: all native cli deps demo test unit e2e bench stress-share clean fetch-sqlite fetch-memcached fetch-apache install uninstall deb
 
 all: native cli
 
@@ -71,6 +76,15 @@ bench: all fetch-sqlite fetch-memcached fetch-apache
 # (about 50 minutes; results in bench/results/share-stress.md).
 stress-share: all
 	@bash bench/share/stress.sh
+
+install: all
+	@bash scripts/install.sh "$(PREFIX)" "$(DESTDIR)"
+
+uninstall:
+	@bash scripts/install.sh --uninstall "$(PREFIX)" "$(DESTDIR)"
+
+deb: all
+	@bash scripts/make-deb.sh
 
 clean:
 	rm -rf $(BUILD) target

@@ -20,7 +20,7 @@ PKGS=(
   pigz lbzip2 xz-utils zstd strace                   # share: real multithreaded programs from Debian (pigz -p 3, lbzip2 -n 3, xz -T3)
   libsqlite3-0 libssl3 liblzma5                      # share: libraries its tests dlopen from threads on other hosts
   cmake ninja-build make pkg-config                  # build of the C/C++ parts
-  dpkg-dev tcl                                       # apt-get source; SQLite's amalgamation needs tclsh
+  dpkg-dev tcl                                       # apt-get source, make deb (dpkg-shlibdeps); SQLite's amalgamation needs tclsh
   libevent-dev libmemcached-tools                    # flow case study: memcached from source (libevent), memcaslap load
   libapr1-dev libaprutil1-dev libpcre2-dev apache2-utils # flow Table 3 on Apache from source (APR, PCRE2), ab load
   ca-certificates curl python3

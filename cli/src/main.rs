@@ -7,6 +7,7 @@
 //! (<fix>)`, and exit non-zero.
 
 mod flow;
+mod generate;
 mod share;
 mod trace;
 
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(
     name = "bunkai",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUNKAI_BUILD_INFO"), ")"),
     about = "Take programs apart while they run",
     long_about = "bunkai takes Linux x86-64 programs apart while they run: it scatters a C \
 program into per-function shared libraries, traces every instruction, shares one process \
@@ -53,6 +54,8 @@ enum Cmd {
     Flow(flow::Args),
     /// DKM: check, link and load code modules into a running host; unload, swap, predict
     Mod(bunkai_mod::cmd::Args),
+    /// Write man pages or shell completions (for packagers)
+    Generate(generate::Args),
 }
 
 impl Cmd {
@@ -68,6 +71,7 @@ impl Cmd {
             Cmd::Share(_) => "share",
             Cmd::Flow(_) => "flow",
             Cmd::Mod(_) => "mod",
+            Cmd::Generate(_) => "generate",
         }
     }
 }
@@ -109,7 +113,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
         first = format!("{} {}", first, listed.join(", "));
     }
     let known = [
-        "scatter", "stats", "profile", "group", "serve", "run", "trace", "share", "flow", "mod",
+        "scatter", "stats", "profile", "group", "serve", "run", "trace", "share", "flow", "mod", "generate",
     ];
     if known.contains(&sub.as_str()) {
         // a nested command points to its own help: `bunkai trace record --help`
@@ -246,6 +250,10 @@ fn main() -> ExitCode {
         Cmd::Trace(a) => trace::run(a),
         Cmd::Share(a) => share::run(a),
         Cmd::Flow(a) => flow::run(a),
+        Cmd::Generate(a) => {
+            use clap::CommandFactory;
+            generate::run(a, Cli::command())
+        }
     };
     match result {
         Ok(code) => code,
