@@ -239,10 +239,17 @@ impl<'d> Module<'d> {
         let file = object::File::parse(data)
             .map_err(|e| anyhow::anyhow!("damaged ELF object: {e} (rebuild it with clang or gcc -c)"))?;
         if file.format() != BinaryFormat::Elf || file.kind() != ObjectKind::Relocatable {
-            bail!("not a relocatable object but a {:?} (build the module with -c, not linked)", file.kind());
+            let what = match file.kind() {
+                ObjectKind::Executable => "an executable",
+                ObjectKind::Dynamic => "a shared library or position-independent executable",
+                ObjectKind::Core => "a core dump",
+                _ => "an object of another kind",
+            };
+            bail!("not a relocatable object but {what} (build the module with -c, not linked)");
         }
         if file.architecture() != Architecture::X86_64 {
-            bail!("an object for {:?}, not x86-64 (build the module for this machine)", file.architecture());
+            let arch = format!("{:?}", file.architecture()).to_lowercase().replace('_', "-");
+            bail!("an object for {arch}, not x86-64 (build the module for this machine)");
         }
         check_raw(data)?;
         // Touch every section and relocation table now: a truncated object

@@ -260,8 +260,13 @@ fn plan(
                         req.hash,
                         p.display()
                     ),
+                    None if dirs_s.is_empty() => bail!(
+                        "{} requires interface {}, which no loaded module implements (load one that does first, or give -L DIR where one is)",
+                        c.meta.name,
+                        req.name
+                    ),
                     None => bail!(
-                        "{} requires interface {}, which no loaded module implements and no module in [{}] provides (give -L DIR)",
+                        "{} requires interface {}, which no loaded module implements and no module in {} provides (give -L DIR where one is)",
                         c.meta.name,
                         req.name,
                         dirs_s.join(", ")

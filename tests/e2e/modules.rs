@@ -228,8 +228,16 @@ fn bad_modules_are_refused_and_leave_the_host_as_it_was() {
         .unwrap();
     assert!(st.success());
     let e = mod_fails(&["load", "--socket", h.sock(), arm.to_str().unwrap()]);
-    assert!(e.contains("not x86-64"), "{e}");
+    assert!(e.contains("an object for aarch64, not x86-64"), "{e}");
     check_unchanged("an aarch64 object");
+
+    // a linked program: named in words, never the object library's enum
+    let e = mod_fails(&["load", "--socket", h.sock(), "/bin/true"]);
+    assert!(
+        e.contains("not a relocatable object but a shared library or position-independent executable (build the module with -c"),
+        "{e}"
+    );
+    check_unchanged("a linked program");
 
     let unresolved = compile(
         r#"#include "bunkai_mod.h"
@@ -311,7 +319,7 @@ BUNKAI_REQUIRES(i{other}, I{other});
     assert!(e.contains("dependency cycle: a -> b -> a"), "{e}");
     check_unchanged("a dependency cycle");
     let e = mod_fails(&["load", "--socket", h.sock(), &format!("{sd}/edf.o")]);
-    assert!(e.contains("job_util") && e.contains("-L"), "missing dependency: {e}");
+    assert!(e.contains("job_util") && e.contains("-L") && !e.contains("[]"), "missing dependency: {e}");
     check_unchanged("a missing dependency");
 
     // A module whose init fails: rolled back, memory returned.

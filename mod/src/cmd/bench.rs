@@ -6,8 +6,10 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
+    /// Fewer sizes and repetitions (about a minute)
     #[arg(long)]
     pub quick: bool,
+    /// Print the results as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
     /// Also write the markdown tables here

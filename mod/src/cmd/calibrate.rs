@@ -7,11 +7,13 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct CalibrateArgs {
+    /// Where to write the model (default: ~/.cache/bunkai/mod-model.json)
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
     /// Fewer sizes and repetitions
     #[arg(long)]
     pub quick: bool,
+    /// Print the fitted model as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
 }

@@ -7,8 +7,10 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
+    /// Print the module's metadata as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
+    /// A relocatable object (clang or gcc -c) declaring BUNKAI_MODULE
     #[arg(value_name = "MODULE.o")]
     pub module: PathBuf,
 }

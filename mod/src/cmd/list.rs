@@ -9,6 +9,7 @@ use std::process::ExitCode;
 pub struct ListArgs {
     #[command(flatten)]
     pub host: HostSel,
+    /// Print the loaded modules as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
 }

@@ -19,6 +19,7 @@ pub struct LoadArgs {
     /// Copy the code through the socket instead of handing the host a memfd to map
     #[arg(long)]
     pub copy: bool,
+    /// Print what was loaded (modules, addresses, stage times) as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
     /// A relocatable object (clang or gcc -c) declaring BUNKAI_MODULE

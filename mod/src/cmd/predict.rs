@@ -10,8 +10,10 @@ pub struct PredictArgs {
     /// Model file (default: ~/.cache/bunkai/mod-model.json)
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
+    /// Print the prediction as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
+    /// A relocatable object (clang or gcc -c) declaring BUNKAI_MODULE
     #[arg(value_name = "MODULE.o")]
     pub module: PathBuf,
 }

@@ -10,16 +10,19 @@ use std::process::ExitCode;
 pub struct SwapArgs {
     #[command(flatten)]
     pub host: HostSel,
+    /// Directories searched for required modules (also $BUNKAI_MOD_PATH)
     #[arg(short = 'L', value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// Copy the code through the socket instead of handing the host a memfd to map
     #[arg(long)]
     pub copy: bool,
+    /// Print what was swapped as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
     /// The loaded module to replace
     #[arg(value_name = "OLD")]
     pub old: String,
+    /// The module that takes its place: a relocatable object declaring the same interfaces
     #[arg(value_name = "NEW.o")]
     pub module: PathBuf,
 }

@@ -12,8 +12,10 @@ pub struct UnloadArgs {
     /// Also unload the modules that depend on it (dependents first)
     #[arg(long)]
     pub cascade: bool,
+    /// Print what was unloaded as one JSON object on stdout
     #[arg(long)]
     pub json: bool,
+    /// The loaded module's name (as `bunkai mod list` shows it)
     #[arg(value_name = "NAME")]
     pub name: String,
 }
