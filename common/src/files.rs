@@ -56,15 +56,21 @@ impl Drop for InterruptCleanup {
     }
 }
 
-/// Installs the SIGINT/SIGTERM handler that removes the registered
-/// directories and exits 130, so an interrupted run leaves nothing behind.
+/// Installs the SIGINT/SIGTERM handler every command without handling of
+/// its own gets: it removes the registered directories (an interrupted run
+/// leaves nothing half-written behind), says so in one line and exits 130,
+/// as a shell reports a command that Ctrl-C ended.
 pub fn install_interrupt_cleanup(who: &'static str) {
     let _ = ctrlc::set_handler(move || {
         let dirs: Vec<PathBuf> = IN_PROGRESS.lock().map(|v| v.clone()).unwrap_or_default();
         for d in &dirs {
             let _ = std::fs::remove_dir_all(d);
         }
-        eprintln!("bunkai {who}: interrupted; removed the unfinished output");
+        if dirs.is_empty() {
+            eprintln!("bunkai {who}: interrupted");
+        } else {
+            eprintln!("bunkai {who}: interrupted; removed the unfinished output");
+        }
         std::process::exit(130);
     });
 }
