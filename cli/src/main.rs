@@ -8,7 +8,6 @@
 
 mod flow;
 mod share;
-mod trace;
 
 use bunkai_scatter::cmd as scatter;
 use clap::{Parser, Subcommand};
@@ -46,7 +45,7 @@ enum Cmd {
     #[command(hide = true)]
     Run(scatter::run::RunArgs),
     /// Trace every instruction, memory reference and syscall (TURU)
-    Trace(trace::Args),
+    Trace(bunkai_trace::cmd::Args),
     /// Run one multithreaded process across several hosts
     Share(share::Args),
     /// XenLASY: follow data through threads, processes and hosts: build with sleds, weave aspects in, report flows
@@ -243,7 +242,7 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => run_scatter(name, scatter::ScatterCmd::Serve(a)),
         Cmd::Run(a) => run_scatter(name, scatter::ScatterCmd::Run(a)),
         Cmd::Mod(a) => bunkai_mod::cmd::run(a),
-        Cmd::Trace(a) => trace::run(a),
+        Cmd::Trace(a) => bunkai_trace::cmd::run(a),
         Cmd::Share(a) => share::run(a),
         Cmd::Flow(a) => flow::run(a),
     };
