@@ -7,7 +7,6 @@
 //! (<fix>)`, and exit non-zero.
 
 mod flow;
-mod share;
 
 use bunkai_scatter::cmd as scatter;
 use clap::{Parser, Subcommand};
@@ -47,7 +46,7 @@ enum Cmd {
     /// Trace every instruction, memory reference and syscall (TURU)
     Trace(bunkai_trace::cmd::Args),
     /// Run one multithreaded process across several hosts
-    Share(share::Args),
+    Share(bunkai_share::cmd::Args),
     /// XenLASY: follow data through threads, processes and hosts: build with sleds, weave aspects in, report flows
     Flow(flow::Args),
     /// DKM: check, link and load code modules into a running host; unload, swap, predict
@@ -243,7 +242,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run_scatter(name, scatter::ScatterCmd::Run(a)),
         Cmd::Mod(a) => bunkai_mod::cmd::run(a),
         Cmd::Trace(a) => bunkai_trace::cmd::run(a),
-        Cmd::Share(a) => share::run(a),
+        Cmd::Share(a) => bunkai_share::cmd::run(a),
         Cmd::Flow(a) => flow::run(a),
     };
     match result {
