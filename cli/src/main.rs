@@ -1,12 +1,10 @@
 //! bunkai: take programs apart while they run.
 //!
 //! Each subcommand is a thin driver over its subsystem's library crate:
-//! scatter's and mod's verbs (arguments and what runs them) live in their
-//! crates' `src/cmd/<verb>.rs`; trace, share and flow dispatch from one
-//! module each here. Errors print as one line, `bunkai <subcommand>: <what>
-//! (<fix>)`, and exit non-zero.
-
-mod flow;
+//! every subsystem's verbs (arguments and what runs them) live in its
+//! crate's `src/cmd/<verb>.rs`, and this file only parses and dispatches.
+//! Errors print as one line, `bunkai <subcommand>: <what> (<fix>)`, and
+//! exit non-zero.
 
 use bunkai_scatter::cmd as scatter;
 use clap::{Parser, Subcommand};
@@ -48,7 +46,7 @@ enum Cmd {
     /// Run one multithreaded process across several hosts
     Share(bunkai_share::cmd::Args),
     /// XenLASY: follow data through threads, processes and hosts: build with sleds, weave aspects in, report flows
-    Flow(flow::Args),
+    Flow(bunkai_flow::cmd::Args),
     /// DKM: check, link and load code modules into a running host; unload, swap, predict
     Mod(bunkai_mod::cmd::Args),
 }
@@ -243,7 +241,7 @@ fn main() -> ExitCode {
         Cmd::Mod(a) => bunkai_mod::cmd::run(a),
         Cmd::Trace(a) => bunkai_trace::cmd::run(a),
         Cmd::Share(a) => bunkai_share::cmd::run(a),
-        Cmd::Flow(a) => flow::run(a),
+        Cmd::Flow(a) => bunkai_flow::cmd::run(a),
     };
     match result {
         Ok(code) => code,
