@@ -1,15 +1,13 @@
 //! bunkai: take programs apart while they run.
 //!
 //! Each subcommand is a thin driver over its subsystem's library crate:
-//! scatter's and mod's verbs (arguments and what runs them) live in their
-//! crates' `src/cmd/<verb>.rs`; trace, share and flow dispatch from one
-//! module each here. Errors print as one line, `bunkai <subcommand>: <what>
+//! every subsystem's verbs (arguments and what runs them) live in its
+//! crate's `src/cmd/<verb>.rs`, and this file only parses and dispatches
+//! (and `generate.rs` writes man pages and completions from the same
+//! definitions). Errors print as one line, `bunkai <subcommand>: <what>
 //! (<fix>)`, and exit non-zero.
 
-mod flow;
 mod generate;
-mod share;
-mod trace;
 
 use bunkai_scatter::cmd as scatter;
 use clap::{Parser, Subcommand};
@@ -47,11 +45,11 @@ enum Cmd {
     #[command(hide = true)]
     Run(scatter::run::RunArgs),
     /// Trace every instruction, memory reference and syscall (TURU)
-    Trace(trace::Args),
+    Trace(bunkai_trace::cmd::Args),
     /// Run one multithreaded process across several hosts
-    Share(share::Args),
+    Share(bunkai_share::cmd::Args),
     /// XenLASY: follow data through threads, processes and hosts: build with sleds, weave aspects in, report flows
-    Flow(flow::Args),
+    Flow(bunkai_flow::cmd::Args),
     /// DKM: check, link and load code modules into a running host; unload, swap, predict
     Mod(bunkai_mod::cmd::Args),
     /// Write man pages or shell completions (for packagers)
@@ -247,9 +245,9 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => run_scatter(name, scatter::ScatterCmd::Serve(a)),
         Cmd::Run(a) => run_scatter(name, scatter::ScatterCmd::Run(a)),
         Cmd::Mod(a) => bunkai_mod::cmd::run(a),
-        Cmd::Trace(a) => trace::run(a),
-        Cmd::Share(a) => share::run(a),
-        Cmd::Flow(a) => flow::run(a),
+        Cmd::Trace(a) => bunkai_trace::cmd::run(a),
+        Cmd::Share(a) => bunkai_share::cmd::run(a),
+        Cmd::Flow(a) => bunkai_flow::cmd::run(a),
         Cmd::Generate(a) => {
             use clap::CommandFactory;
             generate::run(a, Cli::command())

@@ -16,17 +16,6 @@ use std::process::{Command, ExitCode};
 
 pub const PLUGIN: &str = "BunkaiFlow.so";
 
-#[derive(clap::Args, Debug)]
-pub struct CcArgs {
-    /// Arguments for clang-14, as you would give them to clang
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CLANG_ARGS"
-    )]
-    pub args: Vec<OsString>,
-}
-
 /// The pass plugin: `$BUNKAI_LIBDIR/BunkaiFlow.so` or beside the CLI.
 pub fn plugin() -> Result<PathBuf> {
     let p = bunkai_common::install::helper(PLUGIN)?;
@@ -72,21 +61,23 @@ pub fn command_line(plugin: &std::path::Path, args: &[OsString]) -> Vec<OsString
     out
 }
 
-pub fn run(a: &CcArgs) -> Result<ExitCode> {
-    if a.args.is_empty() {
+/// Runs clang-14 with the pass on `args` (as clang would take them); its
+/// exit status is ours.
+pub fn run(args: &[OsString]) -> Result<ExitCode> {
+    if args.is_empty() {
         bail!("nothing to compile (usage: bunkai flow cc [CLANG_ARGS...], e.g. bunkai flow cc -O2 prog.c -o prog)");
     }
     // With LTO, the link-time inliner drops the noredzone the pass puts on
     // functions with sleds (LLVM 14 has no merge rule for it), and a patched
     // sled's call would then overwrite a caller's red zone.
-    let lto = a.args.iter().filter_map(|x| x.to_str()).filter(|x| x.starts_with("-flto") || *x == "-fno-lto").last();
+    let lto = args.iter().filter_map(|x| x.to_str()).filter(|x| x.starts_with("-flto") || *x == "-fno-lto").last();
     if let Some(f) = lto.filter(|x| x.starts_with("-flto")) {
         bail!("{f} is not supported: link-time inlining would lose the sleds' red-zone protection (build without LTO, or add -fno-lto after it)");
     }
     let plugin = plugin()?;
     let clang = clang()?;
     let status = Command::new(&clang)
-        .args(command_line(&plugin, &a.args))
+        .args(command_line(&plugin, args))
         .status()
         .with_context(|| format!("cannot start {}", clang.display()))?;
     // clang has said what went wrong; its exit status is ours.

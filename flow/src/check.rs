@@ -23,17 +23,16 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct CheckArgs {
+/// What to check against what: `bunkai flow check`'s options
+/// (cmd/check.rs).
+pub struct CheckOptions {
     /// The aspect (XML, the paper's notation)
     pub aspect: PathBuf,
     /// A program built with `bunkai flow cc` that the aspect will be woven
     /// into, optionally on a named host (for @HOST in within_file and
     /// within_function); repeat for several
-    #[arg(long = "program", value_name = "EXE[@HOST]")]
     pub programs: Vec<String>,
     /// One JSON document: the pointcuts and the join points each selects
-    #[arg(long)]
     pub json: bool,
 }
 
@@ -289,7 +288,7 @@ pub fn read_aspect(path: &std::path::Path) -> Result<Aspect> {
     }
 }
 
-pub fn run(a: &CheckArgs) -> Result<ExitCode> {
+pub fn run(a: &CheckOptions) -> Result<ExitCode> {
     let name = a.aspect.display().to_string();
     let aspect = read_aspect(&a.aspect)?;
     let progs = a.programs.iter().map(|s| parse_program(s)).collect::<Result<Vec<_>>>()?;

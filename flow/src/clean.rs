@@ -7,14 +7,11 @@ use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-#[command(after_help = "Examples:\n  bunkai flow clean              # buffers of ended processes in $BUNKAI_FLOW_DIR or /dev/shm\n  bunkai flow clean --dry-run    # only list them\n  bunkai flow clean --all        # running processes' too (they keep writing to the removed file)")]
-pub struct CleanArgs {
+/// `bunkai flow clean`'s options (cmd/clean.rs).
+pub struct CleanOptions {
     /// List what would be removed, remove nothing
-    #[arg(long)]
     pub dry_run: bool,
     /// Also the buffers of processes that still run
-    #[arg(long)]
     pub all: bool,
 }
 
@@ -27,7 +24,7 @@ fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-pub fn clean(a: &CleanArgs) -> Result<ExitCode> {
+pub fn clean(a: &CleanOptions) -> Result<ExitCode> {
     let dir = crate::buffer::dir();
     let files: Vec<PathBuf> = match crate::buffer::find(&[], &dir) {
         Ok(f) => f,

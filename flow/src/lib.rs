@@ -15,6 +15,8 @@
 //!   trace and OpenTelemetry export).
 //! - `advice`: the C of the advice module (`bunkai flow emit`).
 //! - `weave`: `bunkai flow emit`, `weave` and `unweave`.
+//! - `clean`: `bunkai flow clean`, the buffers of ended processes removed.
+//! - `cmd`: the command line, `bunkai flow <verb>`: one file a verb.
 //!
 //! The layouts shared with the pass and the runtime are in
 //! flow/include/bunkai_flow.h.
@@ -24,6 +26,7 @@ pub mod buffer;
 pub mod cc;
 pub mod check;
 pub mod clean;
+pub mod cmd;
 pub mod report;
 pub mod select;
 pub mod weave;

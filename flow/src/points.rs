@@ -4,17 +4,8 @@
 use crate::joinpoints::{self, JoinPoint, Kind, Location};
 use anyhow::Result;
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
-
-#[derive(clap::Args, Debug)]
-pub struct PointsArgs {
-    /// An executable or shared object built with `bunkai flow cc`
-    pub file: PathBuf,
-    /// One JSON document: {"file", "version", "count", "joinpoints": [...]}
-    #[arg(long)]
-    pub json: bool,
-}
 
 fn location_json(l: &Location) -> Value {
     match l {
@@ -111,11 +102,13 @@ pub fn table(jps: &[JoinPoint]) -> String {
     out
 }
 
-pub fn run(a: &PointsArgs) -> Result<ExitCode> {
-    let jps = joinpoints::read(&a.file)?;
-    let text = if a.json {
+/// Prints the join points of `file`: a table, or with `json` one JSON
+/// document.
+pub fn run(file: &Path, json: bool) -> Result<ExitCode> {
+    let jps = joinpoints::read(file)?;
+    let text = if json {
         let doc = json!({
-            "file": a.file.display().to_string(),
+            "file": file.display().to_string(),
             "version": joinpoints::VERSION,
             "count": jps.len(),
             "joinpoints": jps.iter().map(to_json).collect::<Vec<_>>(),

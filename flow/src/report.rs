@@ -19,48 +19,41 @@ use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct DumpArgs {
+/// Which buffers `dump` prints and how: `bunkai flow dump`'s options
+/// (cmd/dump.rs).
+pub struct DumpOptions {
     /// Buffer files (default: every bunkai-flow.*.buf in $BUNKAI_FLOW_DIR or /dev/shm)
     pub buffers: Vec<PathBuf>,
     /// One JSON document instead of text
-    #[arg(long)]
     pub json: bool,
     /// Only each buffer's header line (records, bytes used, dropped), no records
-    #[arg(long)]
     pub summary: bool,
 }
 
-#[derive(clap::Args)]
-pub struct ReportArgs {
+/// Which flows `report` shows and where it writes them: `bunkai flow
+/// report`'s options (cmd/report.rs).
+pub struct ReportOptions {
     /// Buffer files (default: every bunkai-flow.*.buf in $BUNKAI_FLOW_DIR or /dev/shm)
     pub buffers: Vec<PathBuf>,
     /// Which stored value is the flow ID, counted from 0; negative counts
     /// from the end (default -1: the last, as in STORE_DATA3($pc$, tsc, id))
-    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
     pub id_value: i64,
     /// Only this flow (decimal or 0x hex)
-    #[arg(long)]
     pub flow: Option<String>,
     /// Compare flow IDs on their low N bits only: an ID packed into a header
     /// field of N bits (xin/xout) loses the ones above, so the far side's
     /// steps carry the cut ID (1-64, default 64)
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub id_bits: u32,
     /// Also write Chrome trace / Perfetto JSON here
-    #[arg(long, value_name = "FILE")]
     pub chrome: Option<PathBuf>,
     /// Also write OpenTelemetry spans (OTLP JSON) here
-    #[arg(long, value_name = "FILE")]
     pub otel: Option<PathBuf>,
     /// Also draw the flows here as SVG: a band per flow, a lane per
     /// process, a dot per step along the flow's own time axis, the path
     /// between them, and where each function is first reached (the first
     /// 12 flows, or the one --flow names)
-    #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
     /// One JSON document instead of text
-    #[arg(long)]
     pub json: bool,
 }
 
@@ -91,7 +84,7 @@ fn short(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
+pub fn dump(a: &DumpOptions) -> Result<ExitCode> {
     let bufs = load(&a.buffers)?;
     // Streamed, record by record: a buffer may hold tens of millions.
     let out = std::io::stdout();
@@ -101,7 +94,7 @@ pub fn dump(a: &DumpArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_dump(a: &DumpArgs, bufs: &[Buffer], w: &mut impl std::io::Write) -> Result<()> {
+fn write_dump(a: &DumpOptions, bufs: &[Buffer], w: &mut impl std::io::Write) -> Result<()> {
     let mut t = Tables(HashMap::new());
     let t0 = bufs.iter().map(|b| b.started_ns).min().unwrap_or(0);
     if a.json {
@@ -189,7 +182,7 @@ fn parse_id(s: &str) -> Result<u64> {
     v.map_err(|_| anyhow::anyhow!("--flow {s}: not a flow ID (give it in decimal or 0x hex)"))
 }
 
-pub fn report(a: &ReportArgs) -> Result<ExitCode> {
+pub fn report(a: &ReportOptions) -> Result<ExitCode> {
     let bufs = load(&a.buffers)?;
     let mask = if a.id_bits >= 64 { u64::MAX } else { (1u64 << a.id_bits) - 1 };
     let only = a.flow.as_deref().map(parse_id).transpose()?.map(|f| f & mask);

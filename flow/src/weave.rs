@@ -11,18 +11,15 @@ use crate::select::Program;
 use anyhow::{bail, Result};
 use std::path::Path;
 
-#[derive(clap::Args)]
-pub struct EmitArgs {
+/// `bunkai flow emit`'s options (cmd/emit.rs).
+pub struct EmitOptions {
     /// The aspect (XML, the paper's notation)
     pub aspect: std::path::PathBuf,
     /// The program built with `bunkai flow cc` (EXE[@HOST])
-    #[arg(long = "program", value_name = "EXE[@HOST]")]
     pub program: String,
     /// Write the C here instead of standard output
-    #[arg(short = 'o', value_name = "FILE")]
     pub out: Option<std::path::PathBuf>,
     /// The module's name (default: flow_ASPECT)
-    #[arg(long)]
     pub name: Option<String>,
 }
 
@@ -46,7 +43,7 @@ fn checked_aspect(path: &std::path::Path, program: &str, name: Option<&str>) -> 
 /// `bunkai flow emit`: the advice module's C for a program, sleds at their
 /// link-time addresses (weaving adds the load bias). The aspect is checked
 /// first, as `bunkai flow check` does.
-pub fn emit(a: &EmitArgs) -> Result<std::process::ExitCode> {
+pub fn emit(a: &EmitOptions) -> Result<std::process::ExitCode> {
     let (aspect, prog, module) = checked_aspect(&a.aspect, &a.program, a.name.as_deref())?;
     let g = generate(&aspect, &prog, 0, &module)?;
     match &a.out {
@@ -56,44 +53,38 @@ pub fn emit(a: &EmitArgs) -> Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-#[derive(clap::Args)]
-pub struct WeaveArgs {
+/// What to weave into which process, and how: `bunkai flow weave`'s
+/// options (cmd/weave.rs).
+pub struct WeaveOptions {
     /// The running program (built with `bunkai flow cc`, started with
     /// BUNKAI_HOST=1 and libbunkai-host.so and libbunkai-flow.so in
     /// LD_PRELOAD: `BUNKAI_HOST=1 LD_PRELOAD="libbunkai-host.so
     /// libbunkai-flow.so" ./server`)
-    #[arg(long)]
     pub pid: u32,
     /// The aspect (XML)
     pub aspect: std::path::PathBuf,
     /// The module's name (default: flow_ASPECT); `unweave` takes it
-    #[arg(long)]
     pub name: Option<String>,
     /// Extra flags for compiling the advice (e.g. -I and -include for the
     /// header structs xin/xout write)
-    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
     pub cflags: Option<String>,
     /// Keep the generated C and object here
-    #[arg(long, value_name = "DIR")]
     pub keep: Option<std::path::PathBuf>,
     /// Always save the vector registers around the advice. By default,
     /// advice that compiles with -mgeneral-regs-only and calls nothing but
     /// the flow runtime is woven with a trampoline that skips XSAVE/XRSTOR
-    #[arg(long)]
     pub full_state: bool,
     /// Call the handler at every pass. By default a sled whose code is all
     /// filtered on a flow (xflow() advice on target(), transits, quits) is
     /// guarded: its guard returns at once when the key cannot be in the flow
-    #[arg(long)]
     pub no_guard: bool,
     /// Say which trampoline the advice gets, and why; which sleds are guarded
-    #[arg(short, long)]
     pub verbose: bool,
 }
 
-#[derive(clap::Args)]
-pub struct UnweaveArgs {
-    #[arg(long)]
+/// `bunkai flow unweave`'s options (cmd/unweave.rs).
+pub struct UnweaveOptions {
+    /// The process the aspect is woven into
     pub pid: u32,
     /// The woven module's name (default: the only flow_ module loaded)
     pub name: Option<String>,
@@ -158,7 +149,7 @@ fn no_host(pid: u32, sock: &Path) -> String {
 /// `bunkai flow weave --pid PID ASPECT.xml`: check the aspect against the
 /// running program, generate the advice module, compile it with clang-14,
 /// and load it through bunkai mod's loader; its init patches the sleds.
-pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
+pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
     let t0 = std::time::Instant::now();
     let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
         .map_err(|e| anyhow::anyhow!("no process {} to weave into ({e}) (check the pid)", a.pid))?;
@@ -300,7 +291,7 @@ pub fn weave(a: &WeaveArgs) -> Result<std::process::ExitCode> {
 
 /// `bunkai flow unweave --pid PID [NAME]`: unload the module; its exit
 /// unpatches the sleds and returns when no advice runs.
-pub fn unweave(a: &UnweaveArgs) -> Result<std::process::ExitCode> {
+pub fn unweave(a: &UnweaveOptions) -> Result<std::process::ExitCode> {
     let sock = bunkai_mod::proto::default_socket(a.pid);
     if !Path::new(&format!("/proc/{}", a.pid)).exists() {
         bail!("no process {} (it has ended: what was woven into it went with it)", a.pid);

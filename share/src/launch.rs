@@ -6,12 +6,12 @@ use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-/// Where the program's threads go (the runtime's `<place>`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// Where the program's threads go (the runtime's `<place>`; the names
+/// `--place` takes are in cmd/run.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place {
     /// Round robin over the home host and the nodes; the first thread the
     /// program creates goes to node 1
-    #[value(name = "rr", alias = "round-robin")]
     RoundRobin,
     /// Round robin over the nodes only
     Remote,
@@ -262,7 +262,6 @@ pub fn trusted_library(p: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::ValueEnum;
 
     fn env(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -351,19 +350,6 @@ mod tests {
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = trusted_library(&lib).unwrap_err();
         assert!(e.starts_with("the library's directory"), "{e}");
-    }
-
-    #[test]
-    fn place_names() {
-        let p = |s| Place::from_str(s, false);
-        assert_eq!(p("rr"), Ok(Place::RoundRobin));
-        assert_eq!(p("round-robin"), Ok(Place::RoundRobin));
-        assert_eq!(p("remote"), Ok(Place::Remote));
-        assert_eq!(p("home"), Ok(Place::Home));
-        assert!(p("everywhere").is_err());
-        for pl in [Place::RoundRobin, Place::Remote, Place::Home] {
-            assert_eq!(p(pl.as_str()), Ok(pl));
-        }
     }
 
     #[test]

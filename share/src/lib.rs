@@ -13,13 +13,15 @@
 //! - `run`: `bunkai share run`, the home host's driver.
 //! - `stats`: the stats page the home runtime fills (header section 3).
 //! - `netns`: hosts as network namespaces joined by veth, for tests and
-//!   benchmarks; `hosts` is its CLI (`bunkai share hosts up|down|clean`).
+//!   benchmarks; `cmd/hosts.rs` is its CLI (`bunkai share hosts
+//!   up|down|clean`).
 //! - `sys`: the few Linux calls std does not have (pidfd, signalfd,
 //!   personality, memfd).
+//! - `cmd`: the command line, `bunkai share <verb>`: one file a verb.
 
 pub mod auth;
+pub mod cmd;
 mod fuzz;
-pub mod hosts;
 pub mod key;
 pub mod launch;
 pub mod netns;

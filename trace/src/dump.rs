@@ -13,43 +13,21 @@ use anyhow::Result;
 use serde_json::json;
 use std::io::Write;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
-use std::process::ExitCode;
 
-/// Print a trace record by record: segment executions with their
-/// instructions and memory accesses, and decoded events
-#[derive(clap::Args, Debug)]
-pub struct DumpArgs {
-    /// Trace file written by `bunkai trace record`
-    pub file: PathBuf,
-    #[command(flatten)]
-    pub opts: DumpOptions,
-}
-
-#[derive(clap::Args, Debug, Clone, Default)]
+/// What `dump` prints: `bunkai trace dump`'s options (cmd/dump.rs).
+#[derive(Debug, Clone, Default)]
 pub struct DumpOptions {
     /// One JSON object per line
-    #[arg(long, conflicts_with = "lackey")]
     pub json: bool,
-    /// Print what `valgrind --tool=lackey --trace-mem=yes` prints for the same run
-    #[arg(long)]
+    /// What `valgrind --tool=lackey --trace-mem=yes` prints for the same run
     pub lackey: bool,
     /// Only this stream (its number, or a pid)
-    #[arg(long, value_name = "N")]
     pub stream: Option<u64>,
     /// Stop after N records (segment executions and events)
-    #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
-    /// Also print definitions: each stream's objects and functions, and each
+    /// Also definitions: each stream's objects and functions, and each
     /// segment's definition the first time it runs
-    #[arg(long)]
     pub defs: bool,
-}
-
-pub fn run(a: &DumpArgs) -> Result<ExitCode> {
-    let trace = Trace::load(&a.file)?;
-    decode::to_stdout(|w| dump(&trace, &a.opts, w))?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// x86-64 syscalls: number, name, arguments; the common ones.

@@ -3,7 +3,7 @@
 //! recorder here, plus the analysis tools of the paper's §2.3.
 //!
 //! - `format`: the trace file (chunks, checksums, varints).
-//! - `record`: `bunkai trace record`, runs a command under the tool.
+//! - `record`: runs a command under the tool and writes the trace.
 //! - `decode`: loads a trace and walks its records; every tool below uses
 //!   its one visitor, `Trace::visit`.
 //! - `dump`: the records as text, JSON lines or lackey's output.
@@ -11,7 +11,9 @@
 //! - `report`: the paper's Tables 1-6 and its §4 overhead estimate.
 //! - `pages`: the memory-access distribution as an SVG or PNG picture.
 //! - `testutil`: synthetic traces for tests.
+//! - `cmd`: the command line, `bunkai trace <verb>`: one file a verb.
 pub mod calls;
+pub mod cmd;
 pub mod decode;
 pub mod dump;
 pub mod format;

@@ -20,45 +20,7 @@ use rustc_hash::FxHashMap;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-
-/// Draw the memory-access distribution: pages touched over time, per component
-#[derive(clap::Args, Debug)]
-#[command(long_about = "Draw which pages the traced processes touched when: x is time \
-(instructions executed), y the touched pages in address order, one band per component \
-(program, each library), instruction fetches in the upper panel and data references in the \
-lower; colour is the logarithm of the references per cell. Writes SVG or PNG, by the \
-output's extension.")]
-pub struct PagesArgs {
-    /// Trace file written by `bunkai trace record`
-    pub file: PathBuf,
-    /// Output picture: .svg or .png
-    #[arg(short = 'o', long = "output", value_name = "OUT.svg|OUT.png")]
-    pub output: PathBuf,
-    /// Picture width in pixels
-    #[arg(long, default_value_t = 1200, value_name = "W")]
-    pub width: u32,
-    /// Picture height in pixels
-    #[arg(long, default_value_t = 800, value_name = "H")]
-    pub height: u32,
-}
-
-pub fn run(a: &PagesArgs) -> Result<ExitCode> {
-    let format = Format::of(&a.output)?;
-    let trace = Trace::load(&a.file)?;
-    let pic = Picture::build(&trace, a.width, a.height)?;
-    pic.write(&a.output, format)?;
-    eprintln!(
-        "bunkai trace pages: wrote {} ({}x{}, {} code and {} data pages)",
-        a.output.display(),
-        a.width,
-        a.height,
-        pic.panels.first().map_or(0, |p| p.pages),
-        pic.panels.get(1).map_or(0, |p| p.pages)
-    );
-    Ok(ExitCode::SUCCESS)
-}
+use std::path::Path;
 
 /// The picture formats.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -19,67 +19,46 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// Record a trace of a command: every instruction, memory reference,
-/// syscall and signal, and the address-space changes (TURU §2.1)
-#[derive(clap::Args, Debug)]
-#[command(after_help = "Examples:\n  \
-  bunkai trace record -o true.bkt -- /bin/true\n  \
-  bunkai trace record -o req.bkt --start-syscall accept --stop-at-close -- apache2 -X -f conf\n  \
-  bunkai trace record -o main.bkt --start-func main --max 1000000 -- ./prog")]
-pub struct RecordArgs {
+/// What to record and how: `bunkai trace record`'s options (cmd/record.rs).
+#[derive(Debug)]
+pub struct RecordOptions {
     /// Output trace file (written to a temporary file, renamed at the end)
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// Open the window when this syscall returns successfully (names or
     /// numbers, comma-separated; "accept" also means accept4)
-    #[arg(long, value_name = "NAME")]
     pub start_syscall: Option<String>,
     /// Close the window after this syscall (names or numbers)
-    #[arg(long, value_name = "NAME")]
     pub stop_syscall: Option<String>,
     /// Close the window at the close() of the descriptor the start syscall
     /// returned (TURU's window in §3.1: from accept to the connection's close)
-    #[arg(long)]
     pub stop_at_close: bool,
     /// Open the window at entry to this function
-    #[arg(long, value_name = "SYMBOL")]
     pub start_func: Option<String>,
     /// Close the window at entry to this function
-    #[arg(long, value_name = "SYMBOL")]
     pub stop_func: Option<String>,
     /// Open the window after N instructions
-    #[arg(long, value_name = "N")]
     pub skip: Option<u64>,
     /// Close the window after N instructions inside it
-    #[arg(long, value_name = "N")]
     pub max: Option<u64>,
     /// Record only code of objects whose path contains NAME (repeatable;
     /// e.g. the program's name, or libc)
-    #[arg(long = "object", value_name = "NAME")]
     pub objects: Vec<String>,
     /// Do not record memory references (instructions and events only)
-    #[arg(long)]
     pub no_mem: bool,
     /// Hold the trace in a fixed in-memory buffer of this size and write it
     /// at the end, stopping when it is full (TURU's static memory area,
     /// §2.2(3)(a)); default: stream to the file as it runs (§2.2(3)(b))
-    #[arg(long, value_name = "SIZE")]
     pub buffer: Option<String>,
     /// Do not follow forked and exec'd children
-    #[arg(long)]
     pub no_children: bool,
     /// zstd level of the chunks
-    #[arg(long, default_value_t = 3, value_name = "N")]
     pub level: i32,
     /// Print the summary as one line of JSON on stderr (stdout belongs to
     /// the traced command)
-    #[arg(long)]
     pub json: bool,
     /// Explain what is being done (the Valgrind command, each stream)
-    #[arg(short, long)]
     pub verbose: bool,
     /// The command to trace, after `--`
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
@@ -158,7 +137,7 @@ fn find_command(name: &str) -> Result<PathBuf> {
 }
 
 /// The Valgrind command line for these options.
-fn valgrind_command(a: &RecordArgs, dir: &Path, tools: &Path, program: &Path) -> Result<Command> {
+fn valgrind_command(a: &RecordOptions, dir: &Path, tools: &Path, program: &Path) -> Result<Command> {
     let mut c = Command::new("valgrind");
     c.env("VALGRIND_LIB", tools);
     // --vgdb=no: no gdbserver FIFOs in /tmp (a server that drops root
@@ -288,7 +267,9 @@ fn serve_conn(
     }
 }
 
-pub fn run(a: &RecordArgs) -> Result<ExitCode> {
+/// Runs the command under the tool, writes the trace and prints the
+/// summary; the command's exit status is ours.
+pub fn run(a: &RecordOptions) -> Result<ExitCode> {
     let program = find_command(&a.command[0])?;
     let tools = tool_dir()?;
     if !(1..=19).contains(&a.level) {

@@ -1,17 +1,28 @@
-//! `bunkai flow`: XenLASY (seed 003). `cc` builds a program with the
-//! join-point pass; `points` lists the join points it carries; `check`
-//! checks an aspect against them.
+//! `bunkai flow` and its verbs: the command-line arguments of each verb
+//! and the function that runs it, one file a verb. The crate's other
+//! modules know nothing of clap.
 
+pub mod cc;
+pub mod check;
+pub mod clean;
+pub mod dump;
+pub mod emit;
+pub mod points;
+pub mod report;
+pub mod unweave;
+pub mod weave;
+
+use anyhow::Result;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(subcommand)]
-    cmd: FlowCmd,
+    cmd: Cmd,
 }
 
 #[derive(clap::Subcommand)]
-enum FlowCmd {
+enum Cmd {
     /// Compile and link with clang-14, recording join points and placing sleds (adds -g)
     ///
     /// Every argument goes to clang-14, --help and --version included (this
@@ -20,40 +31,40 @@ enum FlowCmd {
     /// -bunkai-flow-files=x.c -bunkai-flow-kinds=load,store,addr,entry
     /// -bunkai-flow-locals=false -bunkai-flow-max-operands=N -bunkai-flow-verbose.
     #[command(disable_help_flag = true, disable_version_flag = true)]
-    Cc(bunkai_flow::cc::CcArgs),
+    Cc(cc::CcArgs),
     /// List the join points of an executable or shared object (--json for tools)
-    Points(bunkai_flow::points::PointsArgs),
+    Points(points::PointsArgs),
     /// Check an aspect (XML) before weaving: syntax, xflow names, xin/xout
     /// pairs, fields, and with --program the join points each pointcut
     /// selects and the variables visible there
-    Check(bunkai_flow::check::CheckArgs),
+    Check(check::CheckArgs),
     /// The records STORE_DATA left in each process's buffer (--json for tools)
-    Dump(bunkai_flow::report::DumpArgs),
+    Dump(dump::DumpArgs),
     /// Per-flow timelines from every process's buffer (Table 2); --chrome and
     /// --otel export them for trace viewers
-    Report(bunkai_flow::report::ReportArgs),
+    Report(report::ReportArgs),
     /// The C of the advice module an aspect makes for a program (what weaving
     /// loads; sleds at their link-time addresses)
-    Emit(bunkai_flow::weave::EmitArgs),
+    Emit(emit::EmitArgs),
     /// Weave an aspect into a running program (no restart): check it, compile
     /// its advice, load it through bunkai mod, patch the sleds it selects
-    Weave(bunkai_flow::weave::WeaveArgs),
+    Weave(weave::WeaveArgs),
     /// Take a woven aspect out of a running program
-    Unweave(bunkai_flow::weave::UnweaveArgs),
+    Unweave(unweave::UnweaveArgs),
     /// Remove the record buffers of processes that have ended (--dry-run lists them)
-    Clean(bunkai_flow::clean::CleanArgs),
+    Clean(clean::CleanArgs),
 }
 
-pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+pub fn run(a: Args) -> Result<ExitCode> {
     match a.cmd {
-        FlowCmd::Cc(c) => bunkai_flow::cc::run(&c),
-        FlowCmd::Points(p) => bunkai_flow::points::run(&p),
-        FlowCmd::Check(c) => bunkai_flow::check::run(&c),
-        FlowCmd::Dump(d) => bunkai_flow::report::dump(&d),
-        FlowCmd::Report(r) => bunkai_flow::report::report(&r),
-        FlowCmd::Emit(e) => bunkai_flow::weave::emit(&e),
-        FlowCmd::Weave(w) => bunkai_flow::weave::weave(&w),
-        FlowCmd::Unweave(u) => bunkai_flow::weave::unweave(&u),
-        FlowCmd::Clean(c) => bunkai_flow::clean::clean(&c),
+        Cmd::Cc(a) => cc::run(a),
+        Cmd::Points(a) => points::run(a),
+        Cmd::Check(a) => check::run(a),
+        Cmd::Dump(a) => dump::run(a),
+        Cmd::Report(a) => report::run(a),
+        Cmd::Emit(a) => emit::run(a),
+        Cmd::Weave(a) => weave::run(a),
+        Cmd::Unweave(a) => unweave::run(a),
+        Cmd::Clean(a) => clean::run(a),
     }
 }

@@ -56,7 +56,7 @@ enum HostsCmd {
     Clean,
 }
 
-pub fn run(a: &HostsArgs) -> Result<ExitCode> {
+pub fn run(a: HostsArgs) -> Result<ExitCode> {
     if !crate::sys::is_root() {
         anyhow::bail!("network namespaces need root (run as root)");
     }

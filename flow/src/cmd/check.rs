@@ -1,0 +1,26 @@
+//! `bunkai flow check ASPECT.xml [--program EXE[@HOST]]...`: what can be
+//! known about an aspect before it is woven (check.rs).
+
+use crate::check::{self, CheckOptions};
+use anyhow::Result;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// The aspect (XML, the paper's notation)
+    pub aspect: PathBuf,
+    /// A program built with `bunkai flow cc` that the aspect will be woven
+    /// into, optionally on a named host (for @HOST in within_file and
+    /// within_function); repeat for several
+    #[arg(long = "program", value_name = "EXE[@HOST]")]
+    pub programs: Vec<String>,
+    /// One JSON document: the pointcuts and the join points each selects
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: CheckArgs) -> Result<ExitCode> {
+    let CheckArgs { aspect, programs, json } = a;
+    check::run(&CheckOptions { aspect, programs, json })
+}

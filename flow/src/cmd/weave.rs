@@ -1,0 +1,45 @@
+//! `bunkai flow weave`: an aspect woven into a running program (weave.rs).
+
+use crate::weave::{self, WeaveOptions};
+use anyhow::Result;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct WeaveArgs {
+    /// The running program (built with `bunkai flow cc`, started with
+    /// BUNKAI_HOST=1 and libbunkai-host.so and libbunkai-flow.so in
+    /// LD_PRELOAD: `BUNKAI_HOST=1 LD_PRELOAD="libbunkai-host.so
+    /// libbunkai-flow.so" ./server`)
+    #[arg(long)]
+    pub pid: u32,
+    /// The aspect (XML)
+    pub aspect: std::path::PathBuf,
+    /// The module's name (default: flow_ASPECT); `unweave` takes it
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Extra flags for compiling the advice (e.g. -I and -include for the
+    /// header structs xin/xout write)
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    pub cflags: Option<String>,
+    /// Keep the generated C and object here
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<std::path::PathBuf>,
+    /// Always save the vector registers around the advice. By default,
+    /// advice that compiles with -mgeneral-regs-only and calls nothing but
+    /// the flow runtime is woven with a trampoline that skips XSAVE/XRSTOR
+    #[arg(long)]
+    pub full_state: bool,
+    /// Call the handler at every pass. By default a sled whose code is all
+    /// filtered on a flow (xflow() advice on target(), transits, quits) is
+    /// guarded: its guard returns at once when the key cannot be in the flow
+    #[arg(long)]
+    pub no_guard: bool,
+    /// Say which trampoline the advice gets, and why; which sleds are guarded
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+pub fn run(a: WeaveArgs) -> Result<ExitCode> {
+    let WeaveArgs { pid, aspect, name, cflags, keep, full_state, no_guard, verbose } = a;
+    weave::weave(&WeaveOptions { pid, aspect, name, cflags, keep, full_state, no_guard, verbose })
+}
