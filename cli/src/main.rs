@@ -229,6 +229,24 @@ fn run_scatter(name: &'static str, verb: scatter::ScatterCmd) -> anyhow::Result<
     verb.run()
 }
 
+/// Whether a command handles Ctrl-C itself. Every other command gets the
+/// common handler: one line, exit 130, unfinished output removed.
+/// `scatter run` and `profile` run the user's program, which gets the
+/// signal from the terminal and decides; scatter's build and group install
+/// the handler with their cleanup themselves (run_scatter).
+fn handles_interrupts(cmd: &Cmd) -> bool {
+    match cmd {
+        Cmd::Scatter(a) => matches!(
+            a.verb_ref(),
+            Some(scatter::ScatterCmd::Run(_) | scatter::ScatterCmd::Profile(_) | scatter::ScatterCmd::Build(_) | scatter::ScatterCmd::Group(_)) | None
+        ),
+        Cmd::Run(_) | Cmd::Profile(_) | Cmd::Group(_) => true,
+        Cmd::Trace(a) => a.handles_interrupts(),
+        Cmd::Share(a) => a.handles_interrupts(),
+        _ => false,
+    }
+}
+
 fn main() -> ExitCode {
     install_output_hook();
     let cli = match Cli::try_parse() {
@@ -237,6 +255,9 @@ fn main() -> ExitCode {
     };
     let name = cli.cmd.name();
     let _ = RUNNING.set(name);
+    if !handles_interrupts(&cli.cmd) {
+        bunkai_common::files::install_interrupt_cleanup(name);
+    }
     let result = match cli.cmd {
         Cmd::Scatter(a) => run_scatter(name, a.verb()),
         Cmd::Stats(a) => run_scatter(name, scatter::ScatterCmd::Stats(a)),

@@ -216,3 +216,66 @@ fn scatter_verbs_nest_and_the_old_spellings_still_work() {
     let h = String::from_utf8_lossy(&bunkai_ok(&["--help"]).stdout).to_string();
     assert!(!h.lines().any(|l| l.trim_start().starts_with("stats")), "{h}");
 }
+
+/// Ctrl-C ends a command with one line and exit status 130 (what a shell
+/// reports for a command the signal ended): a node daemon waiting for
+/// work, and a mod command waiting for a host that never answers. A
+/// command that hands the signal to a program (share run, trace record) is
+/// tested with that program in its own suite.
+#[test]
+fn ctrl_c_exits_130_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("k");
+    let out = Command::new(bunkai()).args(["share", "key", "--key"]).arg(&key).output_within(DEADLINE);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // a unix socket that accepts and never answers: mod list waits on it
+    let sock = dir.path().join("host.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let cases: Vec<(&str, Vec<String>, &str)> = vec![
+        (
+            "share node",
+            vec!["share".into(), "node".into(), "--listen".into(), "127.0.0.1:0".into(), "--key".into(), key.display().to_string()],
+            "listening on ",
+        ),
+        ("mod list", vec!["mod".into(), "list".into(), "--socket".into(), sock.display().to_string()], ""),
+    ];
+    for (what, args, ready) in cases {
+        let mut child = Command::new(bunkai())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if ready.is_empty() {
+            // nothing to wait for on stdout: wait until it has connected
+            let (_conn, _) = listener.accept().unwrap();
+            interrupt(&child);
+            let out = finish_named(child, DEADLINE, what);
+            check_interrupted(what, &out);
+        } else {
+            let lines = stdout_lines(&mut child);
+            let first = lines.recv_timeout(DEADLINE).unwrap_or_else(|_| panic!("{what}: no '{ready}' line"));
+            assert!(first.starts_with(ready), "{what}: {first}");
+            interrupt(&child);
+            let out = finish_named(child, DEADLINE, what);
+            check_interrupted(what, &out);
+        }
+    }
+}
+
+/// What Ctrl-C sends.
+fn interrupt(child: &std::process::Child) {
+    let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+}
+
+fn check_interrupted(what: &str, out: &std::process::Output) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{what}: {:?} {err}", out.status);
+    let last = err.lines().last().unwrap_or("");
+    let sub = what.split(' ').next().unwrap();
+    assert_eq!(last, format!("bunkai {sub}: interrupted"), "{what}: {err}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+}

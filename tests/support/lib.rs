@@ -91,15 +91,18 @@ pub fn run_with_stdin(cmd: &mut Command, stdin: Option<&Path>) -> Output {
     finish(child, DEADLINE).0
 }
 
-/// Collects a spawned child's piped stdout and stderr until it exits; kills
+/// Collects a spawned child's piped stdout (unless taken) and stderr until it exits; kills
 /// it and panics after `limit`. Returns its output and how long it took.
 pub fn finish(mut child: std::process::Child, limit: Duration) -> (Output, Duration) {
     let t0 = Instant::now();
-    let mut out = child.stdout.take().expect("stdout must be piped");
+    // stdout may have been taken already (stdout_lines): then it is empty here
+    let out = child.stdout.take();
     let mut err = child.stderr.take().expect("stderr must be piped");
     let t_out = std::thread::spawn(move || {
         let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
+        if let Some(mut out) = out {
+            let _ = out.read_to_end(&mut v);
+        }
         v
     });
     let t_err = std::thread::spawn(move || {

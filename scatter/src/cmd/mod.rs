@@ -67,6 +67,11 @@ impl ScatterCmd {
 }
 
 impl ScatterArgs {
+    /// The verb given, if one was (None: build, the default verb).
+    pub fn verb_ref(&self) -> Option<&ScatterCmd> {
+        self.cmd.as_ref()
+    }
+
     /// The verb given, or build when there was none.
     pub fn verb(self) -> ScatterCmd {
         match (self.cmd, self.build) {

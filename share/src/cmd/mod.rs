@@ -30,6 +30,15 @@ enum Cmd {
     Hosts(hosts::HostsArgs),
 }
 
+impl Args {
+    /// Whether the verb handles Ctrl-C itself: `run` passes SIGINT and
+    /// SIGTERM to the program (it reads them from a signalfd, so no other
+    /// handler may be installed).
+    pub fn handles_interrupts(&self) -> bool {
+        matches!(self.cmd, Cmd::Run(_))
+    }
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.cmd {
         Cmd::Key(a) => key::run(a),

@@ -26,6 +26,14 @@ enum Cmd {
     Pages(pages::PagesArgs),
 }
 
+impl Args {
+    /// Whether the verb handles Ctrl-C itself: `record` passes it to the
+    /// traced command and still writes what was recorded.
+    pub fn handles_interrupts(&self) -> bool {
+        matches!(self.cmd, Cmd::Record(_))
+    }
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.cmd {
         Cmd::Record(a) => record::run(a),
