@@ -29,7 +29,7 @@ PROGS = os.path.join(ROOT, "tests/programs")
 SQLITE = os.path.join(ROOT, "build/third_party/sqlite")
 VIM = os.path.join(ROOT, "build/third_party/vim")
 ABI = int(next(l.split()[2] for l in open(os.path.join(ROOT, "scatter/include/bunkai_scatter.h"))
-               if l.startswith("#define BUNKAI_SCATTER_ABI")))
+               if l.startswith("#define BUNKAI_SCATTER_VERSION")))
 
 # The paper's figures (KiB, counts, ms).
 PAPER_T3 = {  # launcher KiB, original KiB, ratio %

@@ -8,8 +8,11 @@
 //!   else beside the binary) and the one error for a missing one;
 //! - fmt.rs: hex, thousands separators, sizes such as `64KiB`;
 //! - output.rs: writing a command's result to standard output (a closed
-//!   pipe or a full disk is handled once, in the CLI's main).
+//!   pipe or a full disk is handled once, in the CLI's main);
+//! - c_header.rs: a subsystem's C header as a compiler reads it (the tests
+//!   that pin each header against its Rust mirror).
 
+pub mod c_header;
 pub mod files;
 pub mod fmt;
 pub mod install;

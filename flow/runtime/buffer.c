@@ -141,7 +141,7 @@ static COLD struct bkf_buf_header *buf_create(struct proc *p) {
   char path[512], *q = path; /* small: this may run on a signal stack */
   const char *dir = env("BUNKAI_FLOW_DIR");
   if (!dir || !*dir) dir = BKF_BUF_DIR;
-  if (slen(dir) > sizeof path - 64) return 0;
+  if (rt_slen(dir) > sizeof path - 64) return 0;
   q += scopy(q, sizeof path - 64, dir);
   q += scopy(q, 64, "/bunkai-flow.");
   q = put_u64(q, p->pid);

@@ -40,7 +40,7 @@ static __attribute__((noinline)) uint64_t vdso_from_maps(void) {
     for (long i = 0; i < n && !found; i++) {
       char c = b[i];
       if (c == '\n') {
-        if (sequal(tail, " [vdso]")) found = start; /* the whole name: not a file called x[vdso] */
+        if (rt_sequal(tail, " [vdso]")) found = start; /* the whole name: not a file called x[vdso] */
         start = 0, in_addr = 1;
         for (int k = 0; k < 8; k++) tail[k] = 0;
         continue;
@@ -107,7 +107,7 @@ static clock_fn vdso_lookup(void) {
   if (!sym || !str || !hash) return 0;
   for (uint32_t i = 0; i < hash[1]; i++) /* nchain = number of symbols */
     if (sym[i].st_shndx != SHN_UNDEF && ELF64_ST_TYPE(sym[i].st_info) == STT_FUNC &&
-        sequal(str + sym[i].st_name, "__vdso_clock_gettime"))
+        rt_sequal(str + sym[i].st_name, "__vdso_clock_gettime"))
       return (clock_fn)(load + sym[i].st_value);
   return 0;
 }
@@ -150,14 +150,14 @@ static int tsc_invariant(void) {
 int choose_clock(void) {
   if (!tsc_invariant()) return BKF_CLOCK_NS;
   const char *e = env("BUNKAI_FLOW_CLOCK");
-  if (e && sequal(e, "ns")) return BKF_CLOCK_NS;
-  if (e && sequal(e, "tsc")) return BKF_CLOCK_TSC;
+  if (e && rt_sequal(e, "ns")) return BKF_CLOCK_NS;
+  if (e && rt_sequal(e, "tsc")) return BKF_CLOCK_TSC;
   char b[16] = {0};
   int fd = (int)sc3(SYS_open, "/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return BKF_CLOCK_NS;
   long n = sc3(SYS_read, fd, b, sizeof b - 1);
   sc1(SYS_close, fd);
-  return n == 4 && sequal(b, "tsc\n") ? BKF_CLOCK_TSC : BKF_CLOCK_NS;
+  return n == 4 && rt_sequal(b, "tsc\n") ? BKF_CLOCK_TSC : BKF_CLOCK_NS;
 }
 
 /* A (tsc, CLOCK_MONOTONIC) pair, and CLOCK_REALTIME at the same moment

@@ -29,9 +29,10 @@
  * fork, the global state), flowid.c (flow IDs), table.c (the flow tables),
  * buffer.c (the record buffer, bkf_store), weave.c (stubs, guards,
  * patching, the dispatch) and trampoline_x86_64.S (the common trampoline);
- * syscall_x86_64.h holds the raw system calls. The library is one object:
- * CMakeLists.txt links the files' objects into one (ld -r) before packaging
- * it as the .so and the .a.
+ * syscall_x86_64.h holds the raw system calls, and
+ * common/runtime/bunkai_rt_util.h the string helpers shared with share's
+ * runtime. The library is one object: CMakeLists.txt links the files'
+ * objects into one (ld -r) before packaging it as the .so and the .a.
  *
  * Names shared between files are hidden and carry the __bunkai_flow_ prefix
  * (the archive is linked into advice modules, whose own names must not
@@ -59,6 +60,7 @@
 #include <time.h>
 
 #include "bunkai_flow.h"
+#include "bunkai_rt_util.h" /* rt_slen, rt_sequal: shared with share's runtime */
 #include "syscall_x86_64.h"
 
 #define API __attribute__((visibility("default")))
@@ -84,17 +86,10 @@
 #pragma GCC visibility push(hidden)
 
 /* ------------------------------------------------------------------ */
-/* Strings (util.c has the environment)                                */
+/* Strings (util.c has the environment). rt_slen and rt_sequal are in
+ * common/runtime/bunkai_rt_util.h, shared with share's runtime; these are
+ * flow's own (share copies with memcpy, and formats numbers with fmt).  */
 
-static inline uint64_t slen(const char *s) {
-  uint64_t n = 0;
-  while (s[n]) n++;
-  return n;
-}
-static inline int sequal(const char *a, const char *b) {
-  while (*a && *a == *b) a++, b++;
-  return *a == *b;
-}
 /* Copies at most cap-1 bytes and terminates; returns the length copied. */
 static inline uint64_t scopy(char *d, uint64_t cap, const char *s) {
   uint64_t n = 0;

@@ -229,14 +229,14 @@ API struct bkf_table *bkf_table(const char *name) {
   if (!name) return 0;
   uint32_t h = fnv1a(name);
   for (struct bkf_table *t = LD_ACQ(&G.tables); t; t = t->next)
-    if (t->namehash == h && sequal(t->name, name)) return t;
+    if (t->namehash == h && rt_sequal(t->name, name)) return t;
   proc_enter();
   lock(&G.reg_lock);
   struct bkf_table *t;
   for (t = LD_ACQ(&G.tables); t; t = t->next)
-    if (t->namehash == h && sequal(t->name, name)) break;
+    if (t->namehash == h && rt_sequal(t->name, name)) break;
   if (!t) {
-    uint64_t len = slen(name);
+    uint64_t len = rt_slen(name);
     uint64_t sz = (sizeof(struct bkf_table) + len + 1 + PAGE - 1) & ~(PAGE - 1);
     if ((t = map_anon(sz, MAP_PRIVATE))) {
       t->cur = &empty_arr;

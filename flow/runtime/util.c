@@ -1,6 +1,7 @@
 /* util.c: the environment (environ, read by hand), sizes in it, and the
- * host's name and tag. The string helpers are inline in runtime.h, and so
- * is the writers' lock. Rules: runtime.h.
+ * host's name and tag. The string helpers are inline (runtime.h, and
+ * common/runtime/bunkai_rt_util.h for those share's runtime uses too), and
+ * so is the writers' lock. Rules: runtime.h.
  */
 #include "runtime.h"
 
@@ -9,7 +10,7 @@ extern char **environ __attribute__((weak));
 const char *env(const char *name) {
   char **e = &environ ? environ : 0;
   if (!e) return 0;
-  uint64_t n = slen(name);
+  uint64_t n = rt_slen(name);
   for (; *e; e++) {
     const char *s = *e;
     uint64_t i = 0;

@@ -213,6 +213,21 @@ fn not_elf_and_no_table() {
     assert!(format!("{e:#}").contains("bunkai flow cc"), "{e:#}");
 }
 
+/// The versions and magics of flow/include/bunkai_flow.h as a C compiler
+/// reads them, against their Rust mirrors.
+#[test]
+fn versions_match_the_compiled_header() {
+    let inc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let got = bunkai_common::c_header::run(
+        &inc,
+        "bunkai_flow.h",
+        r#"printf("%u %u %u %u %zu\n", BKF_VERSION, BKF_JP_MAGIC, BKF_BUF_VERSION, BKF_BUF_MAGIC, sizeof(struct bkf_buf_header));"#,
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    use crate::buffer;
+    assert_eq!(got, format!("{VERSION} {MAGIC} {} {} {}\n", buffer::VERSION, buffer::BUF_MAGIC, buffer::HEADER));
+}
+
 /// The constants mirror flow/include/bunkai_flow.h.
 #[test]
 fn constants_match_the_shared_header() {

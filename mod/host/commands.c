@@ -7,7 +7,7 @@
 
 int do_hello(int fd) {
   struct out o = {0};
-  put32(&o, BUNKAI_MOD_ABI);
+  put32(&o, BUNKAI_MOD_VERSION);
   put32(&o, (uint32_t)getpid());
   put64(&o, budget);
   put64(&o, used);

@@ -3,9 +3,10 @@
  * Rust), libbunkai-host (the C library inside a host program) and modules
  * (relocatable objects built with clang or gcc -c). DKM, seed 004.
  *
- * Bump BUNKAI_MOD_ABI whenever the metadata format or the wire protocol
+ * Bump BUNKAI_MOD_VERSION whenever the metadata format or the wire protocol
  * below changes; the server and the host refuse to talk across versions, and
- * a Rust test reads this header so the two sides cannot drift apart.
+ * a Rust test compiles this header so the two sides cannot drift apart.
+ * (BUNKAI_MOD_ABI is its old name, kept for hosts that use it: deprecated.)
  *
  * ---- Interfaces -----------------------------------------------------------
  * An interface is a named, ordered list of C prototypes, written once in a
@@ -56,7 +57,13 @@
 
 #include <stdint.h>
 
-#define BUNKAI_MOD_ABI 2
+#define BUNKAI_MOD_VERSION 2
+/* Deprecated: the old name of BUNKAI_MOD_VERSION (clang 14 and later warn
+ * where it is used). */
+#define BUNKAI_MOD_ABI BUNKAI_MOD_VERSION
+#if defined(__clang__) && __clang_major__ >= 14
+#pragma clang deprecated(BUNKAI_MOD_ABI, "use BUNKAI_MOD_VERSION")
+#endif
 #define BUNKAI_MOD_SECTION ".bunkai_mod"
 #define BUNKAI_MOD_FS "\x1f" /* field separator */
 #define BUNKAI_MOD_RS "\x1e" /* record separator */

@@ -26,7 +26,8 @@ pub mod model;
 pub mod proto;
 pub mod server;
 
-/// BUNKAI_MOD_ABI in mod/include/bunkai_mod.h.
+/// BUNKAI_MOD_VERSION in mod/include/bunkai_mod.h (BUNKAI_MOD_ABI, its old
+/// name, is a deprecated alias there).
 pub const ABI: u32 = 2;
 
 #[cfg(test)]
@@ -41,7 +42,14 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} in header"));
             l.split_whitespace().nth(2).unwrap().parse().unwrap()
         };
-        assert_eq!(def("BUNKAI_MOD_ABI"), super::ABI);
+        let inc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+        let v = bunkai_common::c_header::run(
+            &inc,
+            "bunkai_mod.h",
+            r#"printf("%d %d\n", BUNKAI_MOD_VERSION, BUNKAI_MOD_ABI);"#,
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(v, format!("{0} {0}\n", super::ABI), "BUNKAI_MOD_VERSION, and its old name BUNKAI_MOD_ABI");
         use crate::proto::Msg;
         for (name, m) in [
             ("BUNKAI_MSG_HELLO", Msg::Hello),

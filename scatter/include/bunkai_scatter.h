@@ -2,10 +2,11 @@
  * bunkai_scatter.h - the one interface shared by the scatter tool (Rust
  * driver, LLVM passes) and the scatter runtime that lives in the launcher.
  *
- * Bump BUNKAI_SCATTER_ABI whenever a name, a file layout or the meaning of a
- * generated symbol below changes: the driver stamps it into manifest.json and
- * into the launcher (__bunkai_abi), and the Rust side has a test that reads
- * this header so the two cannot drift apart.
+ * Bump BUNKAI_SCATTER_VERSION whenever a name, a file layout or the meaning
+ * of a generated symbol below changes: the driver stamps it into
+ * manifest.json ("abi") and into the launcher (__bunkai_abi), and the Rust
+ * side has a test that compiles this header so the two cannot drift apart.
+ * The group map has a version of its own, BUNKAI_GROUP_VERSION (below).
  *
  * Layout of a scatter output directory OUT for program NAME:
  *   OUT/bin/NAME                 the launcher (or OUT/lib/libNAME.so, --lib)
@@ -42,14 +43,14 @@
  *   __bunkai_nfuncs   number of slots
  *   __bunkai_libdir   library directory relative to the launcher's directory
  *   __bunkai_is_lib   1 when the launcher is a shared library
- *   __bunkai_abi      BUNKAI_SCATTER_ABI at generation time
+ *   __bunkai_abi      BUNKAI_SCATTER_VERSION at generation time
  */
 #ifndef BUNKAI_SCATTER_H
 #define BUNKAI_SCATTER_H
 
 #include <stdint.h>
 
-#define BUNKAI_SCATTER_ABI 3
+#define BUNKAI_SCATTER_VERSION 3
 
 #define BUNKAI_BODY_PREFIX "__bunkai_f"
 #define BUNKAI_STUB_PREFIX "__bunkai_s"
@@ -74,8 +75,13 @@
  * from the table itself, of its functions' bodies in slot order.
  * The manager checks every field before using it; the check word catches a
  * damaged map whose fields are each plausible (a slot moved to another
- * valid slot would call the wrong function). */
-#define BUNKAI_GROUP_MAGIC "BKGROUP4"
+ * valid slot would call the wrong function).
+ * The map's version is BUNKAI_GROUP_VERSION, one digit, the magic's last
+ * character ("BKGROUP4"): a map of another version is refused. */
+#define BUNKAI_GROUP_VERSION 4
+#define BUNKAI_SCATTER__STR(x) #x
+#define BUNKAI_SCATTER__XSTR(x) BUNKAI_SCATTER__STR(x)
+#define BUNKAI_GROUP_MAGIC "BKGROUP" BUNKAI_SCATTER__XSTR(BUNKAI_GROUP_VERSION)
 #define BUNKAI_GROUP_TABLE "__bunkai_gtab"
 struct bunkai_group {
   uint64_t raw_bytes;        /* size of g<hex>.so */
@@ -98,7 +104,7 @@ struct bunkai_group {
 
 /* The fetch library's entry points (looked up with dlsym). */
 struct bunkai_fetch_config {
-  uint32_t abi;              /* BUNKAI_SCATTER_ABI */
+  uint32_t abi;              /* BUNKAI_SCATTER_VERSION */
   const char *libdir;        /* local library directory, ends with '/' */
   const char *origin;        /* BUNKAI_ORIGIN */
   uint32_t ngroups;

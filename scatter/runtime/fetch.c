@@ -362,9 +362,9 @@ static void after_fork_child(void) {
 
 EXPORT int __bunkai_fetch_start(const struct bunkai_fetch_config *cfg,
                                 char *err, unsigned long errlen) {
-  if (cfg->abi != BUNKAI_SCATTER_ABI) {
+  if (cfg->abi != BUNKAI_SCATTER_VERSION) {
     snprintf(err, errlen, "the fetch library is ABI %d, the launcher ABI %u "
-             "(use the bunkai that built it)", BUNKAI_SCATTER_ABI, cfg->abi);
+             "(use the bunkai that built it)", BUNKAI_SCATTER_VERSION, cfg->abi);
     return -1;
   }
   clock_gettime(CLOCK_MONOTONIC, &F.t0);

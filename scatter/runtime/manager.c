@@ -356,7 +356,7 @@ static void start_fetch(void) {
   if (!start || !fetch_wait)
     fail(NO_FUNCTION, env_fetch, "not a bunkai fetch library");
   struct bunkai_fetch_config cfg = {
-      .abi = BUNKAI_SCATTER_ABI,
+      .abi = BUNKAI_SCATTER_VERSION,
       .libdir = dir,
       .origin = env_origin,
       .ngroups = ngroups,

@@ -32,6 +32,9 @@ use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 
 pub const ZSTD_LEVEL: i32 = 19;
+/// BUNKAI_GROUP_VERSION: the group map's version, the last character of
+/// its magic (BUNKAI_GROUP_MAGIC).
+pub const MAP_VERSION: u32 = 4;
 pub const MAP_MAGIC: &[u8; 8] = b"BKGROUP4";
 
 /// FNV-1a, 64-bit: the group map's last word, over every byte before it
@@ -397,8 +400,15 @@ mod tests {
 
     #[test]
     fn magic_matches_the_header() {
-        let h = include_str!("../include/bunkai_scatter.h");
-        assert!(h.contains(&format!("#define BUNKAI_GROUP_MAGIC \"{}\"", std::str::from_utf8(MAP_MAGIC).unwrap())));
-        assert!(h.contains(&format!("#define BUNKAI_GROUP_MAP \"{}\"", GROUP_MAP)));
+        let inc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+        let got = bunkai_common::c_header::run(
+            &inc,
+            "bunkai_scatter.h",
+            r#"printf("%d %s %zu %s\n", BUNKAI_GROUP_VERSION, BUNKAI_GROUP_MAGIC, sizeof BUNKAI_GROUP_MAGIC - 1, BUNKAI_GROUP_MAP);"#,
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        let magic = std::str::from_utf8(MAP_MAGIC).unwrap();
+        assert_eq!(got, format!("{MAP_VERSION} {magic} 8 {GROUP_MAP}\n"));
+        assert_eq!(magic, format!("BKGROUP{MAP_VERSION}"), "the magic ends with the map's version");
     }
 }

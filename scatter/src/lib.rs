@@ -33,20 +33,19 @@ pub mod stats;
 pub mod stubs;
 pub mod toolchain;
 
-/// BUNKAI_SCATTER_ABI in scatter/include/bunkai_scatter.h.
+/// BUNKAI_SCATTER_VERSION in scatter/include/bunkai_scatter.h (manifests,
+/// indexes and launchers call it `abi`).
 pub const ABI: u32 = 3;
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn abi_matches_the_shared_header() {
+        let inc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+        let v = bunkai_common::c_header::run(&inc, "bunkai_scatter.h", r#"printf("%d\n", BUNKAI_SCATTER_VERSION);"#)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(v, format!("{}\n", super::ABI), "bump scatter/src/lib.rs ABI with the header");
         let h = include_str!("../include/bunkai_scatter.h");
-        let line = h
-            .lines()
-            .find(|l| l.starts_with("#define BUNKAI_SCATTER_ABI"))
-            .expect("header defines BUNKAI_SCATTER_ABI");
-        let v: u32 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
-        assert_eq!(v, super::ABI, "bump scatter/src/lib.rs ABI with the header");
         for (name, want) in [
             ("BUNKAI_BODY_PREFIX", crate::stubs::BODY_PREFIX),
             ("BUNKAI_LIB_PREFIX", crate::layout::LIB_PREFIX),

@@ -2,7 +2,7 @@
 //!
 //! Written last, through a temporary file and a rename, by `bunkai scatter`;
 //! read by `bunkai scatter stats` (and later by profile/group/serve). `abi` is
-//! BUNKAI_SCATTER_ABI from scatter/include/bunkai_scatter.h.
+//! BUNKAI_SCATTER_VERSION from scatter/include/bunkai_scatter.h.
 
 use crate::layout::MANIFEST;
 use anyhow::{bail, Context, Result};

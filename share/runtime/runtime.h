@@ -64,7 +64,8 @@
 #define PAGE_UP(x) (((uint64_t)(x) + PAGE - 1) & ~(PAGE - 1))
 
 /* ------------------------------------------------------------------ */
-/* util.c                                                              */
+/* util.c (slen and sequal: those of common/runtime/bunkai_rt_util.h,  */
+/* shared with flow's runtime, out of line)                            */
 
 void *memcpy(void *d, const void *s, size_t n);
 void *memset(void *d, int c, size_t n);

@@ -1,7 +1,16 @@
 /* util.c: the runtime's own small library: memory and strings (libc's
  * memcpy reads libc data, which is the program's), a formatter, errors,
- * the private region, locks, time, random bytes. Rules: runtime.h. */
+ * the private region, locks, time, random bytes. Rules: runtime.h.
+ *
+ * What flow's runtime needs too is in common/runtime/bunkai_rt_util.h
+ * (slen, sequal). The rest is share's own: memcpy and memset are the
+ * functions the compiler calls for a struct copy or a large zeroing, and
+ * must exist under those names in this library (flow's runtime never
+ * needs them); the lock sleeps on a futex (flow's yields); now_ns is
+ * CLOCK_MONOTONIC by system call (flow's is CLOCK_REALTIME from the vDSO);
+ * fmt formats in any base (flow's put_u64 writes decimal only). */
 #include "runtime.h"
+#include "bunkai_rt_util.h"
 #include <linux/futex.h>
 
 struct runtime g;
@@ -16,20 +25,15 @@ void *memset(void *d, int c, size_t n) {
   __asm__ volatile("rep stosb" : "+D"(d), "+c"(n) : "a"(c) : "memory");
   return r;
 }
-size_t slen(const char *s) {
-  size_t n = 0;
-  while (s[n]) n++;
-  return n;
-}
+/* slen and sequal are the runtimes' shared ones (bunkai_rt_util.h), kept
+ * out of line here: the other files call them, as they always did. */
+size_t slen(const char *s) { return rt_slen(s); }
 int sprefix(const char *s, const char *p) {
   while (*p)
     if (*s++ != *p++) return 0;
   return 1;
 }
-int sequal(const char *a, const char *b) {
-  while (*a && *a == *b) a++, b++;
-  return *a == *b;
-}
+int sequal(const char *a, const char *b) { return rt_sequal(a, b); }
 uint64_t parse_u(const char **p, int base) {
   uint64_t v = 0;
   const char *s = *p;

@@ -286,15 +286,10 @@ mod tests {
     #[test]
     fn layout_matches_the_header() {
         let inc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("layout.c");
-        std::fs::write(
-            &src,
-            r#"#include <stdio.h>
-#include <stddef.h>
-#include "bunkai_share.h"
-int main(void) {
-  printf("%u %u %d %d %u\n", BKS_MAGIC, BKS_VERSION, BKS_MAX_HOSTS, BKS_MAX_THREADS, BKS_STATS_SIZE);
+        let got = bunkai_common::c_header::run(
+            &inc,
+            "bunkai_share.h",
+            r#"  printf("%u %u %d %d %u\n", BKS_MAGIC, BKS_VERSION, BKS_MAX_HOSTS, BKS_MAX_THREADS, BKS_STATS_SIZE);
   printf("%u %d %d %d %d %zu %zu\n", BKS_KEY_BYTES, BKS_AUTH_MS, BKS_AUTH_WINDOW, BKS_ROLE_CONTROL, BKS_ROLE_THREAD,
          sizeof(struct bks_auth_hello), sizeof(struct bks_auth_reply));
   printf("%zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu %zu\n", offsetof(struct bks_stats, magic), offsetof(struct bks_stats, version),
@@ -304,20 +299,9 @@ int main(void) {
          offsetof(struct bks_stats, refused), offsetof(struct bks_stats, zapped_pages), offsetof(struct bks_stats, host),
          offsetof(struct bks_stats, thread));
   printf("%zu %zu %zu %zu\n", sizeof(struct bks_host_stats), sizeof(struct bks_thread_stats),
-         offsetof(struct bks_thread_stats, syscalls), sizeof(struct bks_stats));
-  return 0;
-}
-"#,
+         offsetof(struct bks_thread_stats, syscalls), sizeof(struct bks_stats));"#,
         )
-        .unwrap();
-        let exe = dir.path().join("layout");
-        let cc = std::process::Command::new("cc").arg("-I").arg(&inc).arg(&src).arg("-o").arg(&exe).status();
-        assert!(
-            matches!(cc, Ok(st) if st.success()),
-            "cannot compile bunkai_share.h with cc (install gcc: scripts/install-deps.sh)"
-        );
-        let out = std::process::Command::new(&exe).output().unwrap();
-        let got = String::from_utf8(out.stdout).unwrap();
+        .unwrap_or_else(|e| panic!("{e:#}"));
         use crate::auth;
         let want = format!(
             "{BKS_MAGIC} {BKS_VERSION} {BKS_MAX_HOSTS} {BKS_MAX_THREADS} {BKS_STATS_SIZE}\n\

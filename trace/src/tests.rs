@@ -550,6 +550,29 @@ fn report_speed() {
     );
 }
 
+/// The version and magics of trace/include/bunkai_trace.h as a C compiler
+/// reads them (every byte of each magic, its NUL included), against their
+/// Rust mirrors.
+#[test]
+fn version_matches_the_compiled_header() {
+    use crate::format::*;
+    let inc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let got = bunkai_common::c_header::run(
+        &inc,
+        "bunkai_trace.h",
+        r#"
+#define BYTES(s) do { for (size_t i = 0; i + 1 < sizeof s; i++) printf("%02x", (unsigned char)s[i]); printf(" "); } while (0)
+  printf("%d ", BKT_VERSION);
+  BYTES(BKT_FILE_MAGIC);
+  BYTES(BKT_CHUNK_MAGIC);
+  BYTES(BKT_END_MAGIC);
+  printf("\n");"#,
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    assert_eq!(got, format!("{VERSION} {} {} {} \n", hex(FILE_MAGIC), hex(CHUNK_MAGIC), hex(END_MAGIC)));
+}
+
 /// Every constant of trace/include/bunkai_trace.h (the Valgrind tool's side
 /// of the format) has its Rust mirror here with the same value: a header
 /// changed on one side only fails this test instead of misreading traces.
