@@ -3,6 +3,11 @@
 //! (each with the JSON record below), so any `bunkai mod` invocation sees
 //! what earlier ones did; the host serves one connection at a time, so two
 //! invocations never interleave.
+//!
+//! One piece on purpose (over 800 lines): `load` and `swap` share the
+//! stages below (plan, prelink, make room, stage, register), and each stage
+//! is one function a few screens long; the linker, the wire and the model
+//! are modules of their own.
 
 use crate::link::{self, Module};
 use crate::meta::{self, Interface, Meta};

@@ -3,6 +3,12 @@
  * (directory.c), serves every host's page faults and is the only sender
  * of control messages to the nodes. Rules: runtime.h.
  *
+ * One piece on purpose (over 800 lines): the invariant below is kept by
+ * these functions together (serving a request, taking copies, invalidating,
+ * home's pending step and the mapping events share the directory, `todo`
+ * and the manager's one order); split, no file would show a reader all of
+ * what makes it hold. The directory, the wire and the threads are apart.
+ *
  * THE PAGE-STATE PROTOCOL
  *
  * Pages. Every page of a registered range has one state in the directory:

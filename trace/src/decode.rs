@@ -15,6 +15,11 @@
 //! it lies in (in the same words as the file reader's own errors); nothing
 //! here panics on any input, and no allocation is sized from a count the
 //! file claims without checking it against the bytes that remain.
+//!
+//! One piece on purpose (over 800 lines): the record decoder and the walk
+//! over streams share the per-stream state (definitions seen so far, the
+//! segment table, the position in each chunk), and every bounds check of
+//! the format lives here, beside the code it guards.
 
 use crate::format::{self, unzigzag, ChunkRef, Cursor, CursorError, TraceFile};
 use anyhow::Result;
