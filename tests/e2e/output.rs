@@ -279,3 +279,19 @@ fn check_interrupted(what: &str, out: &std::process::Output) {
     assert_eq!(last, format!("bunkai {sub}: interrupted"), "{what}: {err}");
     assert!(!err.contains("panicked"), "{what}: {err}");
 }
+
+/// `bunkai flow cc --help` is ours (what it adds, its pass options,
+/// examples), not clang's 1,175 lines; `--version` is clang's, as build
+/// systems probing `$CC --version` expect.
+#[test]
+fn flow_cc_help_is_ours_and_version_is_clangs() {
+    let out = Command::new(bunkai()).args(["flow", "cc", "--help"]).output_within(DEADLINE);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("Compile and link with clang-14"), "{text}");
+    assert!(text.contains("-bunkai-flow-structs") && text.contains("Usage: bunkai flow cc"), "{text}");
+    assert!(!text.contains("OVERVIEW: clang") && text.lines().count() < 60, "{text}");
+    let out = Command::new(bunkai()).args(["flow", "cc", "--version"]).output_within(DEADLINE);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("clang version 14"), "{text}");
+}

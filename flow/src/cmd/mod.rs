@@ -23,14 +23,7 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum Cmd {
-    /// Compile and link with clang-14, recording join points and placing sleds (adds -g)
-    ///
-    /// Every argument goes to clang-14, --help and --version included (this
-    /// help is `bunkai help flow cc`). Pass options reach the pass with
-    /// -mllvm: -bunkai-flow-structs=a,b -bunkai-flow-functions=f,g
-    /// -bunkai-flow-files=x.c -bunkai-flow-kinds=load,store,addr,entry
-    /// -bunkai-flow-locals=false -bunkai-flow-max-operands=N -bunkai-flow-verbose.
-    #[command(disable_help_flag = true, disable_version_flag = true)]
+    #[command(about = cc::ABOUT, long_about = cc::LONG_ABOUT, disable_help_flag = true, disable_version_flag = true)]
     Cc(cc::CcArgs),
     /// List the join points of an executable or shared object (--json for tools)
     Points(points::PointsArgs),
