@@ -102,6 +102,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
         .cloned()
         .unwrap_or_default();
     let text = e.to_string();
+    let json = json_requested();
     // clap's first line, with what it lists on the indented lines below it
     // ("the following required arguments were not provided:" and the names)
     let mut lines = text.lines();
@@ -113,6 +114,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
     let known = [
         "scatter", "stats", "profile", "group", "serve", "run", "trace", "share", "flow", "mod", "generate",
     ];
+    let mut line = format!("bunkai: {first} (see 'bunkai help')");
     if known.contains(&sub.as_str()) {
         // a nested command points to its own help: `bunkai trace record --help`
         use clap::CommandFactory;
@@ -120,12 +122,14 @@ fn usage_error(e: clap::Error) -> ExitCode {
             let next = args.iter().skip(1).filter(|a| !a.starts_with('-')).nth(1)?;
             c.find_subcommand(next).map(|v| v.get_name().to_string())
         });
-        match verb {
-            Some(v) => eprintln!("bunkai {sub}: {first} (see 'bunkai {sub} {v} --help')"),
-            None => eprintln!("bunkai {sub}: {first} (see 'bunkai help {sub}')"),
-        }
-    } else {
-        eprintln!("bunkai: {first} (see 'bunkai help')");
+        line = match verb {
+            Some(v) => format!("bunkai {sub}: {first} (see 'bunkai {sub} {v} --help')"),
+            None => format!("bunkai {sub}: {first} (see 'bunkai help {sub}')"),
+        };
+    }
+    eprintln!("{line}");
+    if json {
+        println!("{}", serde_json::json!({ "error": line }));
     }
     ExitCode::from(2)
 }
@@ -229,6 +233,12 @@ fn run_scatter(name: &'static str, verb: scatter::ScatterCmd) -> anyhow::Result<
     verb.run()
 }
 
+/// Whether --json was given (before a `--` that starts a program's own
+/// arguments).
+fn json_requested() -> bool {
+    std::env::args().skip(1).take_while(|a| a != "--").any(|a| a == "--json")
+}
+
 /// Whether a command handles Ctrl-C itself. Every other command gets the
 /// common handler: one line, exit 130, unfinished output removed.
 /// `scatter run` and `profile` run the user's program, which gets the
@@ -255,6 +265,13 @@ fn main() -> ExitCode {
     };
     let name = cli.cmd.name();
     let _ = RUNNING.set(name);
+    // trace record and share run print their --json summary on stderr
+    // (stdout is the program's): an error object goes there too
+    let json_to_stderr = match &cli.cmd {
+        Cmd::Trace(a) => a.handles_interrupts(),
+        Cmd::Share(a) => a.handles_interrupts(),
+        _ => false,
+    };
     if !handles_interrupts(&cli.cmd) {
         bunkai_common::files::install_interrupt_cleanup(name);
     }
@@ -282,6 +299,16 @@ fn main() -> ExitCode {
             }
             let msg = format!("{e:#}").replace('\n', " ");
             eprintln!("bunkai {name}: {msg}");
+            if json_requested() {
+                // for tools reading --json: the same error as one object,
+                // where the command's JSON would have gone
+                let obj = serde_json::json!({ "error": format!("bunkai {name}: {msg}") }).to_string();
+                if json_to_stderr {
+                    eprintln!("{obj}");
+                } else {
+                    println!("{obj}");
+                }
+            }
             ExitCode::from(1)
         }
     }

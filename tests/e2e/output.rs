@@ -295,3 +295,37 @@ fn flow_cc_help_is_ours_and_version_is_clangs() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("clang version 14"), "{text}");
 }
+
+/// Under --json an error is also one JSON object, `{"error": LINE}`, where
+/// the command's JSON would have gone (stdout; stderr for trace record and
+/// share run, whose stdout is the program's), with the same line as
+/// stderr's: a failure at work and a usage error alike.
+#[test]
+fn errors_under_json_are_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.bkt");
+    let m = missing.to_str().unwrap();
+    for (args, code, on_stderr) in [
+        (vec!["mod", "list", "--json", "--socket", m], 1, false),
+        (vec!["trace", "report", "--json", m], 1, false),
+        (vec!["mod", "list", "--json", "--bogus"], 2, false),
+        (vec!["share", "run", "--json", "--nodes", "127.0.0.1:1", "--", "/nonexistent/program"], 1, true),
+    ] {
+        let out = Command::new(bunkai()).args(&args).output_within(DEADLINE);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = err.lines().find(|l| l.starts_with("bunkai ")).unwrap_or_else(|| panic!("{args:?}: {err}"));
+        let json_text = if on_stderr {
+            err.lines().find(|l| l.starts_with('{')).unwrap_or_default().to_string()
+        } else {
+            stdout.trim().to_string()
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&json_text).unwrap_or_else(|e| panic!("{args:?}: not one JSON object ({e}): {json_text:?}"));
+        assert_eq!(v["error"].as_str(), Some(line), "{args:?}");
+        if on_stderr {
+            assert!(stdout.is_empty(), "{args:?}: stdout {stdout:?}");
+        }
+    }
+}
