@@ -13,6 +13,8 @@ pub struct CleanOptions {
     pub dry_run: bool,
     /// Also the buffers of processes that still run
     pub all: bool,
+    /// One JSON object on stdout instead of the text
+    pub json: bool,
 }
 
 /// The pid in a buffer's name (bunkai-flow.<pid>.buf).
@@ -33,6 +35,7 @@ pub fn clean(a: &CleanOptions) -> Result<ExitCode> {
     };
     let (mut removed, mut kept, mut bytes) = (0u64, 0u64, 0u64);
     let mut out = String::new();
+    let mut listed = Vec::new();
     for f in &files {
         let Some(pid) = pid_of(f) else { continue };
         if !a.all && alive(pid) {
@@ -41,6 +44,7 @@ pub fn clean(a: &CleanOptions) -> Result<ExitCode> {
         }
         // what the file holds in memory (tmpfs), not its sparse length
         let held = std::fs::metadata(f).map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512).unwrap_or(0);
+        listed.push(serde_json::json!({ "path": f.display().to_string(), "pid": pid, "bytes": held }));
         if a.dry_run {
             out += &format!("would remove {} (pid {pid}, {} KiB held)\n", f.display(), held >> 10);
         } else if let Err(e) = std::fs::remove_file(f) {
@@ -48,6 +52,13 @@ pub fn clean(a: &CleanOptions) -> Result<ExitCode> {
         }
         removed += 1;
         bytes += held;
+    }
+    if a.json {
+        let o = serde_json::json!({
+            "dir": dir.display().to_string(), "dry_run": a.dry_run, "removed": listed, "bytes": bytes, "kept": kept,
+        });
+        crate::stdout(&format!("{o}\n"))?;
+        return Ok(ExitCode::SUCCESS);
     }
     out += &format!(
         "{} {} buffer{} ({} MiB held) in {}; kept {} of running processes\n",

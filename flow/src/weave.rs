@@ -80,6 +80,8 @@ pub struct WeaveOptions {
     pub no_guard: bool,
     /// Say which trampoline the advice gets, and why; which sleds are guarded
     pub verbose: bool,
+    /// Print what was woven as one JSON object on stdout
+    pub json: bool,
 }
 
 /// `bunkai flow unweave`'s options (cmd/unweave.rs).
@@ -88,6 +90,8 @@ pub struct UnweaveOptions {
     pub pid: u32,
     /// The woven module's name (default: the only flow_ module loaded)
     pub name: Option<String>,
+    /// Print what was unwoven as one JSON object on stdout
+    pub json: bool,
 }
 
 /// The load bias of the program's image in process pid: where its file
@@ -277,6 +281,14 @@ pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
                 e
             }
         })?;
+    if a.json {
+        let o = serde_json::json!({
+            "woven": module, "pid": a.pid, "program": exe_s, "sleds": g.sleds.len(), "guarded": guarded,
+            "trampoline": trampoline, "load_us": r.total_us, "total_ms": t0.elapsed().as_secs_f64() * 1e3,
+        });
+        crate::stdout(&format!("{o}\n"))?;
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     println!(
         "bunkai flow: woven {module} into {} ({}): {} sled{} ({guarded} guarded), {trampoline} trampoline, loaded in {:.0} us, {:.1} ms in all",
         a.pid,
@@ -314,6 +326,11 @@ pub fn unweave(a: &UnweaveOptions) -> Result<std::process::ExitCode> {
         }
     };
     let r = bunkai_mod::server::unload(&mut host, &name, false)?;
-    println!("bunkai flow: unwoven {name} from {} in {:.0} us", a.pid, r.total_us);
+    if a.json {
+        let o = serde_json::json!({ "unwoven": name, "pid": a.pid, "unload_us": r.total_us });
+        crate::stdout(&format!("{o}\n"))?;
+    } else {
+        println!("bunkai flow: unwoven {name} from {} in {:.0} us", a.pid, r.total_us);
+    }
     Ok(std::process::ExitCode::SUCCESS)
 }

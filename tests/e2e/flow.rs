@@ -1313,10 +1313,17 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     assert!(guarded > 0 && guarded < sleds, "{out}");
     assert_eq!(mc_session(port), want, "woven");
     bunkai_ok(&["flow", "unweave", "--pid", &pid]);
-    let o = bunkai_ok(&["flow", "weave", "--no-guard", "--pid", &pid, asp.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&o.stdout).contains(" sleds (0 guarded)"), "{o:?}");
+    // the same in JSON, for scripts
+    let o = bunkai_ok(&["flow", "weave", "--no-guard", "--json", "--pid", &pid, asp.to_str().unwrap()]);
+    let w: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("weave --json: {e}: {o:?}"));
+    assert_eq!(w["guarded"], 0, "{w}");
+    assert_eq!(w["sleds"].as_u64(), Some(sleds as u64), "{w}");
+    assert_eq!(w["pid"].as_u64(), Some(srv.0.id() as u64), "{w}");
+    let module = w["woven"].as_str().unwrap().to_string();
     assert_eq!(mc_session(port), want, "woven without guards");
-    bunkai_ok(&["flow", "unweave", "--pid", &pid]);
+    let o = bunkai_ok(&["flow", "unweave", "--json", "--pid", &pid]);
+    let u: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("unweave --json: {e}: {o:?}"));
+    assert_eq!(u["unwoven"].as_str(), Some(module.as_str()), "{u}");
 
     let rep: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout).unwrap();
     let flows = rep["flows"].as_array().unwrap();
@@ -1707,6 +1714,15 @@ fn clean_removes_only_ended_processes_buffers() {
         String::from_utf8(o.stdout).unwrap()
     };
     let before = names();
+    let out = run(&["flow", "clean", "--dry-run", "--json"]);
+    assert_eq!(names(), before, "--dry-run --json removed something");
+    let j: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("clean --json: {e}: {out}"));
+    let mut pids: Vec<u64> = j["removed"].as_array().unwrap().iter().map(|r| r["pid"].as_u64().unwrap()).collect();
+    pids.sort();
+    let mut want_pids: Vec<u64> = gone.iter().map(|&p| p as u64).collect();
+    want_pids.sort();
+    assert_eq!(pids, want_pids, "{j}");
+    assert_eq!((j["dry_run"].as_bool(), j["kept"].as_u64()), (Some(true), Some(1)), "{j}");
     let out = run(&["flow", "clean", "--dry-run"]);
     assert_eq!(names(), before, "--dry-run removed something");
     assert!(out.contains("would remove 2 buffers") && out.contains("kept 1 of running processes"), "{out}");

@@ -14,9 +14,12 @@ pub struct CleanArgs {
     /// Also the buffers of processes that still run
     #[arg(long)]
     pub all: bool,
+    /// One JSON object on stdout: dir, dry_run, removed (path, pid, bytes), bytes, kept
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: CleanArgs) -> Result<ExitCode> {
-    let CleanArgs { dry_run, all } = a;
-    clean::clean(&CleanOptions { dry_run, all })
+    let CleanArgs { dry_run, all, json } = a;
+    clean::clean(&CleanOptions { dry_run, all, json })
 }

@@ -13,7 +13,7 @@ pub struct EmitArgs {
     #[arg(long = "program", value_name = "EXE[@HOST]")]
     pub program: String,
     /// Write the C here instead of standard output
-    #[arg(short = 'o', value_name = "FILE")]
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub out: Option<std::path::PathBuf>,
     /// The module's name (default: flow_ASPECT)
     #[arg(long)]

@@ -7,13 +7,17 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct UnweaveArgs {
+    /// The process the aspect is woven into
     #[arg(long)]
     pub pid: u32,
     /// The woven module's name (default: the only flow_ module loaded)
     pub name: Option<String>,
+    /// Print what was unwoven as one JSON object on stdout (unwoven, pid, unload_us)
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: UnweaveArgs) -> Result<ExitCode> {
-    let UnweaveArgs { pid, name } = a;
-    weave::unweave(&UnweaveOptions { pid, name })
+    let UnweaveArgs { pid, name, json } = a;
+    weave::unweave(&UnweaveOptions { pid, name, json })
 }

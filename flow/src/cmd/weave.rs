@@ -37,9 +37,12 @@ pub struct WeaveArgs {
     /// Say which trampoline the advice gets, and why; which sleds are guarded
     #[arg(short, long)]
     pub verbose: bool,
+    /// Print what was woven as one JSON object on stdout (woven, pid, program, sleds, guarded, trampoline, load_us, total_ms)
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: WeaveArgs) -> Result<ExitCode> {
-    let WeaveArgs { pid, aspect, name, cflags, keep, full_state, no_guard, verbose } = a;
-    weave::weave(&WeaveOptions { pid, aspect, name, cflags, keep, full_state, no_guard, verbose })
+    let WeaveArgs { pid, aspect, name, cflags, keep, full_state, no_guard, verbose, json } = a;
+    weave::weave(&WeaveOptions { pid, aspect, name, cflags, keep, full_state, no_guard, verbose, json })
 }

@@ -15,9 +15,9 @@ use std::process::ExitCode;
   out/bin/hello            # runs like the original; libraries load on first call")]
 pub struct BuildArgs {
     /// Output directory (created; a previous scatter output there is replaced)
-    #[arg(short = 'o', long = "out", value_name = "OUT")]
+    #[arg(short = 'o', long = "output", alias = "out", value_name = "DIR")]
     pub out: PathBuf,
-    /// Build the launcher as a shared library (OUT/lib/libNAME.so) instead of an executable
+    /// Build the launcher as a shared library (DIR/lib/libNAME.so) instead of an executable
     #[arg(long)]
     pub lib: bool,
     /// Program name (default: the first input's file name without extension)
@@ -32,7 +32,7 @@ pub struct BuildArgs {
     /// Parallel code generation and link jobs (default: number of CPUs)
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
-    /// Keep intermediate files in OUT/work
+    /// Keep intermediate files in DIR/work
     #[arg(long)]
     pub keep_temps: bool,
     /// C sources (.c), LLVM bitcode (.bc) or textual IR (.ll)
