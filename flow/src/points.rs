@@ -102,10 +102,41 @@ pub fn table(jps: &[JoinPoint]) -> String {
     out
 }
 
-/// Prints the join points of `file`: a table, or with `json` one JSON
-/// document.
-pub fn run(file: &Path, json: bool) -> Result<ExitCode> {
-    let jps = joinpoints::read(file)?;
+/// Which join points to print (None: any).
+#[derive(Default)]
+pub struct Filter {
+    pub function: Option<String>,
+    pub strukt: Option<String>,
+}
+
+impl Filter {
+    fn keeps(&self, jp: &JoinPoint) -> bool {
+        self.function.as_ref().is_none_or(|f| &jp.function == f)
+            && self.strukt.as_ref().is_none_or(|s| jp.struct_name.as_ref() == Some(s))
+    }
+}
+
+/// Prints the join points of `file` that `filter` keeps: a table, or with
+/// `json` one JSON document.
+pub fn run(file: &Path, json: bool, filter: &Filter) -> Result<ExitCode> {
+    let all = joinpoints::read(file)?;
+    let total = all.len();
+    let jps: Vec<JoinPoint> = all.into_iter().filter(|jp| filter.keeps(jp)).collect();
+    if jps.is_empty() && total > 0 && (filter.function.is_some() || filter.strukt.is_some()) {
+        let what: Vec<String> = [
+            filter.function.as_ref().map(|f| format!("in function {f}")),
+            filter.strukt.as_ref().map(|s| format!("on struct {s}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        anyhow::bail!(
+            "none of the {total} join points of {} is {} (`bunkai flow points {}` lists them all)",
+            file.display(),
+            what.join(" and "),
+            file.display()
+        );
+    }
     let text = if json {
         let doc = json!({
             "file": file.display().to_string(),

@@ -174,12 +174,30 @@ struct Step {
     vals: Vec<u64>,
 }
 
+/// A flow ID as a user gives it: decimal or 0x hex, also as copied from a
+/// report's heading (`flow 0x1c:`, so a trailing colon is fine).
 fn parse_id(s: &str) -> Result<u64> {
-    let v = match s.strip_prefix("0x") {
+    let t = s.trim().trim_end_matches(':');
+    let v = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         Some(h) => u64::from_str_radix(h, 16),
-        None => s.parse(),
+        None => t.parse(),
     };
     v.map_err(|_| anyhow::anyhow!("--flow {s}: not a flow ID (give it in decimal or 0x hex)"))
+}
+
+#[cfg(test)]
+mod parse_id_tests {
+    #[test]
+    fn ids_as_reports_print_them_are_taken() {
+        assert_eq!(super::parse_id("0x1c:").unwrap(), 0x1c);
+        assert_eq!(super::parse_id("0X1C").unwrap(), 0x1c);
+        assert_eq!(super::parse_id("28").unwrap(), 28);
+        assert_eq!(super::parse_id("0xffffffffffffffff").unwrap(), u64::MAX);
+        for bad in ["", ":", "0x", "0xg1", "1:2", "-1", "0x1c::x"] {
+            let e = super::parse_id(bad).unwrap_err().to_string();
+            assert!(e.contains("not a flow ID"), "{bad:?}: {e}");
+        }
+    }
 }
 
 pub fn report(a: &ReportOptions) -> Result<ExitCode> {

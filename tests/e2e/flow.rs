@@ -288,6 +288,22 @@ fn points_list_the_join_points_the_sources_name() {
         let text = String::from_utf8(o.stdout).unwrap();
         assert_eq!(text.lines().count(), jps.len() + 1, "{text}");
         assert!(text.lines().next().unwrap().contains("join point"));
+        // --function and --struct keep exactly the join points that match
+        let e = exe.to_str().unwrap();
+        let func = jps[0]["function"].as_str().unwrap().to_string();
+        let o = bunkai_ok(&["flow", "points", "--json", "--function", &func, e]);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let want = jps.iter().filter(|jp| jp["function"] == func.as_str()).count();
+        assert_eq!(v["joinpoints"].as_array().unwrap().len(), want, "--function {func}");
+        if let Some(st) = jps.iter().find_map(|jp| jp["struct"].as_str()) {
+            let o = bunkai_ok(&["flow", "points", "--json", "--struct", st, e]);
+            let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+            let got = v["joinpoints"].as_array().unwrap();
+            assert_eq!(got.len(), jps.iter().filter(|jp| jp["struct"] == st).count(), "--struct {st}");
+            assert!(got.iter().all(|jp| jp["struct"] == st));
+        }
+        let (_, err) = bunkai_fails(&["flow", "points", "--function", "no_such_function", e]);
+        assert!(err.contains("is in function no_such_function") && err.contains("lists them all"), "{err}");
     }
 }
 

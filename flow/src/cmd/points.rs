@@ -13,8 +13,14 @@ pub struct PointsArgs {
     /// One JSON document: {"file", "version", "count", "joinpoints": [...]}
     #[arg(long)]
     pub json: bool,
+    /// Only the join points in this function
+    #[arg(long, value_name = "NAME")]
+    pub function: Option<String>,
+    /// Only the accesses to members of this struct
+    #[arg(long = "struct", value_name = "NAME")]
+    pub strukt: Option<String>,
 }
 
 pub fn run(a: PointsArgs) -> Result<ExitCode> {
-    points::run(&a.file, a.json)
+    points::run(&a.file, a.json, &points::Filter { function: a.function, strukt: a.strukt })
 }
