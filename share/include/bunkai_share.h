@@ -45,20 +45,24 @@
  *                     to, seq, mac_c), then at once its first message
  *                     (HELLO or START), without waiting
  *   server -> client  struct bks_auth_reply (mac_s), before anything else
- *     mac_c = HMAC-SHA256(R, "bunkai-share client" || the hello's first 32 bytes)
- *     mac_s = HMAC-SHA256(R, "bunkai-share server" || the hello's first 32 bytes)
- *   `from` and `to` are the two hosts' indices (home 0), `seq` the
- *   client's count of its connections of that role to that host, from 1.
- *   The server reads the first message only once mac_c checks, `to` is
- *   itself and it has not seen (role, from, seq) before (a window of
- *   BKS_AUTH_WINDOW numbers below the highest seen; older ones are
- *   refused); the client reads nothing else until mac_s checks. R is new
- *   in every run and the MAC names both hosts, so a recorded hello is
- *   refused by every server of every run, its own included. No round
+ *     mac_c = HMAC-SHA256(R, "bunkai-share client" || the hello's first 48 bytes)
+ *     mac_s = HMAC-SHA256(R, "bunkai-share server" || the hello's first 48 bytes)
+ *   `from` and `to` are the two hosts' indices (home 0), `seq` a number
+ *   the client never uses twice for that role and host (from 1), and the
+ *   hello names the connection's two ends (address and port) as the client
+ *   sees them. The server reads the first message only once mac_c checks,
+ *   `to` is itself, the ends are this connection's as it sees them, and it
+ *   has not seen (role, from, seq) before (a window of BKS_AUTH_WINDOW
+ *   numbers below the highest seen; older ones are refused); the client
+ *   reads nothing else until mac_s checks. R is new in every run, the MAC
+ *   names both hosts and the connection's ends: a recorded hello is good
+ *   on no other connection (not even one the server never read, or a
+ *   faster one racing the original) and never twice on its own. No round
  *   trip is added: the first message travels with the hello (the daemon's
  *   handshake with the CLI, under the cluster key, is the 3-message one of
- *   share/src/auth.rs). Anything else, or nothing within BKS_AUTH_MS,
- *   closes the connection.
+ *   share/src/auth.rs). Address translation between hosts is not
+ *   supported (the ends would differ). Anything else, or nothing within
+ *   BKS_AUTH_MS, closes the connection.
  *
  * 3. Wire protocol between the runtimes (TCP, little-endian)
  *
@@ -103,7 +107,12 @@ struct bks_auth_hello {
   uint32_t from;       /* the client's host index (home 0) */
   uint32_t to;         /* the server's host index */
   uint32_t pad;
-  uint64_t seq;        /* the client's connections of this role to `to`, from 1 */
+  uint64_t seq;        /* the client's connection attempts of this role to `to`, from 1 */
+  uint32_t client_ip;  /* this connection's two ends, as the client sees them */
+  uint32_t server_ip;  /* (network order): the server compares them with its own */
+  uint16_t client_port;/* view, so a hello is good on its own connection only */
+  uint16_t server_port;
+  uint32_t pad2;
   uint8_t mac[32];     /* mac_c */
 };
 struct bks_auth_reply {
@@ -227,7 +236,7 @@ static_assert(sizeof(struct bks_msg) == 32, "bks_msg");
 _Static_assert(sizeof(struct bks_msg) == 32, "bks_msg");
 _Static_assert(sizeof(struct bks_hello) == 20, "bks_hello");
 _Static_assert(sizeof(struct bks_start) == 48, "bks_start");
-_Static_assert(sizeof(struct bks_auth_hello) == 64, "bks_auth_hello");
+_Static_assert(sizeof(struct bks_auth_hello) == 80, "bks_auth_hello");
 _Static_assert(sizeof(struct bks_auth_reply) == 32, "bks_auth_reply");
 _Static_assert(sizeof(struct bks_stats) <= BKS_STATS_SIZE, "bks_stats");
 #endif

@@ -1,22 +1,26 @@
 /* auth.c: the handshake every runtime connection opens with
  * (bunkai_share.h section 2). The client's hello names the role, both
  * hosts and a number the client never uses twice for that role and host,
- * and carries a MAC under the run key R; its first message follows at
- * once. The server answers with its own MAC over the same hello before
+ * and the connection's two ends as the client sees them, and carries a
+ * MAC under the run key R; its first message follows at once. The server answers with its own MAC over the same hello before
  * anything else, and reads the first message only once the hello's MAC
  * checks and its number is new (a window per role and peer). So no round
  * trip is added to a connection, a recorded hello is refused everywhere
- * (R is new in every run, the MAC names the two hosts, the window refuses
- * it at its own server), and neither side acts on a word from a peer that
- * has not shown it holds R. The node daemon's handshake with the CLI
+ * (R is new in every run, the MAC names the two hosts and the connection's
+ * ends, so it is good on no other connection, not even one racing the
+ * original or sent after the server refused the original unread; the
+ * window refuses it on its own), and neither side acts on a word from a
+ * peer that has not shown it holds R. The node daemon's handshake with the CLI
  * (share/src/auth.rs) is a separate exchange under the cluster key.
  * Rules: runtime.h. */
 #include "runtime.h"
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 static const char SERVER[] = "bunkai-share server";
 static const char CLIENT[] = "bunkai-share client";
-#define SIGNED 32 /* the hello's bytes the MACs cover: everything before mac */
+#define SIGNED 48 /* the hello's bytes the MACs cover: everything before mac */
+_Static_assert(SIGNED == sizeof(struct bks_auth_hello) - 32, "the MACs cover all but the MAC");
 
 /* mac = HMAC(R, label || hello[0..32)) */
 static void mac_for(const char *label, const struct bks_auth_hello *h, uint8_t out[32]) {
@@ -40,7 +44,7 @@ const char *auth_error(int e) {
   case AUTH_PROTO: return "not a bunkai share runtime of this version";
   case AUTH_KEY: return "wrong key";
   case AUTH_TIME: return "no handshake within 5 s";
-  case AUTH_REPLAY: return "a hello seen before (replayed)";
+  case AUTH_REPLAY: return "a hello seen before, or made for another connection (replayed)";
   case AUTH_PEER: return "a hello meant for another host";
   default: return "handshake failed";
   }
@@ -54,10 +58,22 @@ static int rd(int fd, void *b, size_t n, uint64_t deadline) {
 /* The client's numbers, per role and server host. */
 static uint64_t next_seq[3][BKS_MAX_HOSTS];
 
+/* The connection's two ends: ours and the peer's (IPv4). */
+static int ends(int fd, struct sockaddr_in *me, struct sockaddr_in *peer) {
+  int a = sizeof *me, b = sizeof *peer;
+  if (sc3(SYS_getsockname, fd, me, &a) || sc3(SYS_getpeername, fd, peer, &b)) return -1;
+  return me->sin_family == AF_INET && peer->sin_family == AF_INET ? 0 : -1;
+}
+
 int auth_hello(int fd, uint32_t role, int to, struct bks_auth_hello *h) {
   if (role > 2 || to < 0 || to >= BKS_MAX_HOSTS) return AUTH_PROTO;
-  *h = (struct bks_auth_hello){BKS_MAGIC, BKS_VERSION, role, (uint32_t)g.self, (uint32_t)to, 0,
-                               __atomic_add_fetch(&next_seq[role][to], 1, __ATOMIC_RELAXED), {0}};
+  struct sockaddr_in me, peer;
+  if (ends(fd, &me, &peer)) return AUTH_IO;
+  memset(h, 0, sizeof *h);
+  h->magic = BKS_MAGIC, h->version = BKS_VERSION, h->role = role, h->from = (uint32_t)g.self, h->to = (uint32_t)to;
+  h->seq = __atomic_add_fetch(&next_seq[role][to], 1, __ATOMIC_RELAXED);
+  h->client_ip = me.sin_addr.s_addr, h->client_port = me.sin_port;
+  h->server_ip = peer.sin_addr.s_addr, h->server_port = peer.sin_port;
   mac_for(CLIENT, h, h->mac);
   /* MSG_MORE: the first message, sent next, leaves in the same segment */
   long r;
@@ -110,12 +126,20 @@ int auth_server(int fd, uint32_t role, int *from) {
   struct bks_auth_hello h;
   int e = rd(fd, &h, sizeof h, deadline);
   if (e) return e;
-  if (h.magic != BKS_MAGIC || h.version != BKS_VERSION || h.role != role || h.from >= BKS_MAX_HOSTS || h.pad)
+  if (h.magic != BKS_MAGIC || h.version != BKS_VERSION || h.role != role || h.from >= BKS_MAX_HOSTS || h.pad ||
+      h.pad2)
     return AUTH_PROTO;
   uint8_t want[32];
   mac_for(CLIENT, &h, want);
   if (!same(want, h.mac)) return AUTH_KEY;
   if (h.to != (uint32_t)g.self) return AUTH_PEER;
+  /* this connection's ends, as we see them: a hello copied onto another
+   * connection names other ends */
+  struct sockaddr_in me, peer;
+  if (ends(fd, &me, &peer)) return AUTH_IO;
+  if (h.client_ip != peer.sin_addr.s_addr || h.client_port != peer.sin_port || h.server_ip != me.sin_addr.s_addr ||
+      h.server_port != me.sin_port)
+    return AUTH_REPLAY;
   lock(&seen_lock);
   int ok = fresh(&seen[role][h.from], h.seq);
   unlock(&seen_lock);

@@ -305,7 +305,7 @@ mod tests {
         use crate::auth;
         let want = format!(
             "{BKS_MAGIC} {BKS_VERSION} {BKS_MAX_HOSTS} {BKS_MAX_THREADS} {BKS_STATS_SIZE}\n\
-             {} {} {BKS_AUTH_WINDOW} {} {} 64 32\n\
+             {} {} {BKS_AUTH_WINDOW} {} {} 80 32\n\
              {OFF_MAGIC} {OFF_VERSION} {OFF_HOSTS} {OFF_NTHREADS} {OFF_STARTED} {OFF_MAPPINGS} {OFF_FAILED_HOST} {OFF_FAILED_ERR} {OFF_ERROR} {OFF_RETRIES} {OFF_CONVERTED} {OFF_REFUSED} {OFF_ZAPPED} {OFF_HOST} {OFF_THREAD}\n\
              {HOST_SIZE} {THREAD_SIZE} 16 {STATS_BYTES}\n",
             crate::key::KEY_BYTES,

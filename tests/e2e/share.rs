@@ -1096,7 +1096,7 @@ s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
 s.settimeout(1)
 print("ready", flush=True)
 want = struct.pack('<III', MAGIC, VERSION, 2)
-NEED = 64 + 32 + 48  # the hello, START's header and its payload
+NEED = 80 + 32 + 48  # the hello, START's header and its payload
 flow, got = None, b''
 end = time.monotonic() + 60
 while time.monotonic() < end:
@@ -1112,11 +1112,11 @@ while time.monotonic() < end:
         continue
     tcp = ip[ihl:struct.unpack('>H', ip[2:4])[0]]
     data = tcp[(tcp[12] >> 4) * 4:]
-    ports = tcp[0:4]
+    ports, seq = tcp[0:4], struct.unpack('>I', tcp[4:8])[0]
     if flow is None and data.startswith(want):
-        flow, got = ports, data
-    elif flow == ports:
-        got += data
+        flow, got, first = ports, data, seq
+    elif flow == ports and data and seq == (first + len(got)) % 2**32:
+        got += data  # the next bytes in order (a retransmission is not)
     if flow is not None and len(got) >= NEED:
         print(struct.unpack('>H', tcp[2:4])[0], got[:NEED].hex(), flush=True)
         sys.exit(0)
@@ -1192,7 +1192,7 @@ fn a_replica_port_refuses_bare_messages_other_keys_and_replays() {
     assert_eq!(got.trim(), "closed", "the replica answered a bare START");
     // a hello in the right form under another key, START behind it
     let got = attack(&format!(
-        "import socket,struct,os\ns=socket.create_connection({target})\ns.sendall(struct.pack('<IIIIIIQ',{m},{v},2,0,1,0,1)+os.urandom(32)+struct.pack('<IIQQQ',32,48,0,0,0)+bytes(48))\n{answer}",
+        "import socket,struct,os\ns=socket.create_connection({target})\n(ci,cp),(si,sp)=s.getsockname(),s.getpeername()\ns.sendall(struct.pack('<IIIIIIQ',{m},{v},2,0,1,0,1)+socket.inet_aton(ci)+socket.inet_aton(si)+struct.pack('>HH',cp,sp)+bytes(4)+os.urandom(32)+struct.pack('<IIQQQ',32,48,0,0,0)+bytes(48))\n{answer}",
         m = bunkai_share::stats::BKS_MAGIC,
         v = bunkai_share::stats::BKS_VERSION
     ));
@@ -1204,7 +1204,7 @@ fn a_replica_port_refuses_bare_messages_other_keys_and_replays() {
     assert_eq!(got.trim(), "closed", "the replica answered a replayed hello");
     node.wait_for("refused a thread connection from", 3);
     let log = node.log();
-    for why in ["(not a bunkai share runtime of this version)", "(wrong key)", "(a hello seen before (replayed))"] {
+    for why in ["(not a bunkai share runtime of this version)", "(wrong key)", "(a hello seen before, or made for another connection (replayed))"] {
         assert!(log.contains(why), "no refusal {why} in the node's log: {log}");
     }
     let out = finish_named(run, Duration::from_secs(60), "bunkai share run -- sync sleep 4");
