@@ -25,6 +25,13 @@ def log(msg):
     print(f"bench-share: {msg}", file=sys.stderr, flush=True)
 
 
+def commit():
+    """The tree the build under test came from (git describe), for a
+    results file's first line."""
+    p = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return p.stdout.strip() or "?"
+
+
 class Failed(Exception):
     pass
 

@@ -137,7 +137,7 @@ def main():
         sys.exit("bench/share/stress.py: build/bin/bunkai is missing (run make)")
     work = Path(f"/dev/shm/bk-shs-{os.getpid()}")
     work.mkdir(parents=True)
-    args.commit = commit()  # the tree the build under test came from, taken now
+    args.commit = harness.commit()  # the tree the build under test came from, taken now
     args.bunkai = str(BUNKAI)
     rec = Record()
     t_start = time.monotonic()
@@ -193,11 +193,6 @@ def main():
     bad = sum(1 for r in rec.runs if not r["ok"])
     log(f"{len(rec.runs)} runs, {bad} failed, {took / 60:.1f} min")
     sys.exit(1 if bad else 0)
-
-
-def commit():
-    p = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True)
-    return p.stdout.strip() or "?"
 
 
 def write(path, rec, args, took):
