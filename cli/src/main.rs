@@ -251,8 +251,16 @@ fn handles_interrupts(cmd: &Cmd) -> bool {
             Some(scatter::ScatterCmd::Run(_) | scatter::ScatterCmd::Profile(_) | scatter::ScatterCmd::Build(_) | scatter::ScatterCmd::Group(_)) | None
         ),
         Cmd::Run(_) | Cmd::Profile(_) | Cmd::Group(_) => true,
-        Cmd::Trace(a) => a.handles_interrupts(),
-        Cmd::Share(a) => a.handles_interrupts(),
+        _ => runs_a_program(cmd),
+    }
+}
+
+/// trace record and share run: the traced or shared program gets the
+/// terminal's signals (passed on by the command) and stdout.
+fn runs_a_program(cmd: &Cmd) -> bool {
+    match cmd {
+        Cmd::Trace(a) => a.runs_a_program(),
+        Cmd::Share(a) => a.runs_a_program(),
         _ => false,
     }
 }
@@ -265,13 +273,9 @@ fn main() -> ExitCode {
     };
     let name = cli.cmd.name();
     let _ = RUNNING.set(name);
-    // trace record and share run print their --json summary on stderr
-    // (stdout is the program's): an error object goes there too
-    let json_to_stderr = match &cli.cmd {
-        Cmd::Trace(a) => a.handles_interrupts(),
-        Cmd::Share(a) => a.handles_interrupts(),
-        _ => false,
-    };
+    // trace record and share run hand the program stdout (their --json
+    // summary goes to stderr): an error object goes there too
+    let json_to_stderr = runs_a_program(&cli.cmd);
     if !handles_interrupts(&cli.cmd) {
         bunkai_common::files::install_interrupt_cleanup(name);
     }

@@ -1,18 +1,19 @@
 /* auth.c: the handshake every runtime connection opens with
  * (bunkai_share.h section 2). The client's hello names the role, both
- * hosts and a number the client never uses twice for that role and host,
- * and the connection's two ends as the client sees them, and carries a
- * MAC under the run key R; its first message follows at once. The server answers with its own MAC over the same hello before
- * anything else, and reads the first message only once the hello's MAC
- * checks and its number is new (a window per role and peer). So no round
- * trip is added to a connection, a recorded hello is refused everywhere
- * (R is new in every run, the MAC names the two hosts and the connection's
- * ends, so it is good on no other connection, not even one racing the
- * original or sent after the server refused the original unread; the
- * window refuses it on its own), and neither side acts on a word from a
- * peer that has not shown it holds R. The node daemon's handshake with the CLI
- * (share/src/auth.rs) is a separate exchange under the cluster key.
- * Rules: runtime.h. */
+ * hosts, a number the client never uses twice for that role and host, and
+ * the connection's two ends as the client sees them, and carries a MAC
+ * under the run key R; its first message follows at once. The server
+ * answers with its own MAC over the same hello before anything else, and
+ * reads the first message only once the hello's MAC checks, the ends are
+ * this connection's and its number is new (a window per role and peer).
+ * So no round trip is added to a connection, a recorded hello is refused
+ * everywhere (R is new in every run, the MAC names the two hosts and the
+ * connection's ends, so it is good on no other connection, not even one
+ * racing the original or sent after the server refused the original
+ * unread; the window refuses it on its own), and neither side acts on a
+ * word from a peer that has not shown it holds R. The node daemon's
+ * handshake with the CLI (share/src/auth.rs) is a separate exchange under
+ * the cluster key. Rules: runtime.h. */
 #include "runtime.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -22,7 +23,7 @@ static const char CLIENT[] = "bunkai-share client";
 #define SIGNED 48 /* the hello's bytes the MACs cover: everything before mac */
 _Static_assert(SIGNED == sizeof(struct bks_auth_hello) - 32, "the MACs cover all but the MAC");
 
-/* mac = HMAC(R, label || hello[0..32)) */
+/* mac = HMAC(R, label || the hello's first SIGNED bytes) */
 static void mac_for(const char *label, const struct bks_auth_hello *h, uint8_t out[32]) {
   uint8_t m[32 + SIGNED];
   size_t l = slen(label);

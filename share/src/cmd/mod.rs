@@ -31,10 +31,11 @@ enum Cmd {
 }
 
 impl Args {
-    /// Whether the verb handles Ctrl-C itself: `run` passes SIGINT and
-    /// SIGTERM to the program (it reads them from a signalfd, so no other
-    /// handler may be installed).
-    pub fn handles_interrupts(&self) -> bool {
+    /// Whether the verb runs a program that keeps stdout and gets Ctrl-C:
+    /// `run` passes SIGINT and SIGTERM to the program (it reads them from a
+    /// signalfd, so no other handler may be installed) and prints its
+    /// --json summary on stderr.
+    pub fn runs_a_program(&self) -> bool {
         matches!(self.cmd, Cmd::Run(_))
     }
 }

@@ -27,9 +27,10 @@ enum Cmd {
 }
 
 impl Args {
-    /// Whether the verb handles Ctrl-C itself: `record` passes it to the
-    /// traced command and still writes what was recorded.
-    pub fn handles_interrupts(&self) -> bool {
+    /// Whether the verb runs a program that keeps stdout and gets Ctrl-C:
+    /// `record` passes the signal to the traced command, still writes what
+    /// was recorded, and prints its --json summary on stderr.
+    pub fn runs_a_program(&self) -> bool {
         matches!(self.cmd, Cmd::Record(_))
     }
 }
