@@ -70,6 +70,7 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "server")) {
     key_from(argv[3]);
+    g.nhosts = 2; /* home, and the client as node 1 */
     int port = atoi(argv[2]);
     pthread_t t[2];
     for (int k = 0; k < 2; k++) pthread_create(&t[k], 0, serve, (void *)(long)(listen_on(port + k) << 1 | k));
@@ -81,6 +82,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   key_from(argv[4]);
+  g.self = 1; /* a control connection comes from a node */
   struct in_addr ip;
   inet_aton(argv[2], &ip);
   int port = atoi(argv[3]), n = atoi(argv[5]);

@@ -133,7 +133,10 @@ int auth_server(int fd, uint32_t role, int *from) {
   uint8_t want[32];
   mac_for(CLIENT, &h, want);
   if (!same(want, h.mac)) return AUTH_KEY;
+  /* for us, and from a host that may call with this role: threads come
+   * from home only, control connections from the run's nodes only */
   if (h.to != (uint32_t)g.self) return AUTH_PEER;
+  if (role == BKS_ROLE_THREAD ? h.from != 0 : h.from < 1 || h.from >= (uint32_t)g.nhosts) return AUTH_PEER;
   /* this connection's ends, as we see them: a hello copied onto another
    * connection names other ends */
   struct sockaddr_in me, peer;

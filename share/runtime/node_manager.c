@@ -381,7 +381,6 @@ static void handshake(void *p) {
   block_signals();
   int from = -1;
   int e = auth_server(s->fd, BKS_ROLE_THREAD, &from);
-  if (!e && from != 0) e = AUTH_PEER; /* threads come from home only */
   if (e) {
     refuse(s->fd, s->ip, s->port, auth_error(e));
     return;

@@ -132,8 +132,9 @@ int tcp_connect(uint32_t ip, uint16_t port);
 void hmac_sha256(const uint8_t *key, size_t klen, const void *msg, size_t mlen, uint8_t out[32]);
 enum { AUTH_OK = 0, AUTH_IO = -1, AUTH_PROTO = -2, AUTH_KEY = -3, AUTH_TIME = -4, AUTH_REPLAY = -5, AUTH_PEER = -6 };
 /* client: auth_hello, then the first message, then auth_check before
- * reading anything; server: auth_server, which answers and says who
- * called (the client's host index) */
+ * reading anything; server: auth_server, which checks that the caller may
+ * call with that role (threads: home; control: a node of the run) before
+ * it answers, and says who called (the client's host index) */
 int auth_hello(int fd, uint32_t role, int to, struct bks_auth_hello *h);
 int auth_check(int fd, const struct bks_auth_hello *h);
 int auth_server(int fd, uint32_t role, int *from);
