@@ -1,11 +1,13 @@
 //! daemon_handshake: what the CLI's handshake with a node daemon
-//! (share/src/auth.rs, the 3-message exchange under the cluster key) adds
-//! to a connection, beside the same connection without it, in the same
-//! run. The runtime's own handshake is measured by bench/share/handshake.c.
+//! (share/src/auth.rs under the cluster key: the hello with the first
+//! message sealed inside, the node's proof) adds to a connection, beside
+//! the same connection without it, in the same run. The runtime's own
+//! handshake is measured by bench/share/handshake.c.
 //!
 //!   daemon_handshake server PORT KEYFILE   PORT: plain, PORT+1: the
 //!                                          handshake first; each connection
-//!                                          then gets 32 bytes and answers 32
+//!                                          gets 32 bytes (with the handshake:
+//!                                          sealed in its hello) and answers 32
 //!   daemon_handshake client IP PORT KEYFILE N
 //!                                          N connections of each kind,
 //!                                          interleaved: connect, [handshake,]
@@ -21,16 +23,20 @@ use std::path::Path;
 use std::time::Instant;
 
 fn serve(l: TcpListener, key: auth::Key, with: bool) {
+    let fresh = auth::Fresh::new();
     for s in l.incoming() {
         let Ok(mut s) = s else { continue };
         proto::tune(&s);
-        if with && auth::server(&mut s, &key, auth::ROLE_DAEMON).is_err() {
+        let mut b = [0u8; 32];
+        if with {
+            match auth::server(&mut s, &key, auth::ROLE_DAEMON, &fresh) {
+                Ok(h) if h.first.len() == 32 && !h.challenged => b.copy_from_slice(&h.first),
+                _ => continue,
+            }
+        } else if s.read_exact(&mut b).is_err() {
             continue;
         }
-        let mut b = [0u8; 32];
-        if s.read_exact(&mut b).is_ok() {
-            let _ = s.write_all(&b);
-        }
+        let _ = s.write_all(&b);
     }
 }
 
@@ -60,11 +66,13 @@ fn main() {
                     let t0 = Instant::now();
                     let mut s = TcpStream::connect((a[2].as_str(), port + kind as u16)).expect("connect");
                     proto::tune(&s);
-                    if with {
-                        auth::client(&mut s, &k, auth::ROLE_DAEMON).expect("handshake");
-                    }
                     let mut b = [1u8; 32];
-                    s.write_all(&b).expect("send");
+                    if with {
+                        let h = auth::client(&mut s, &k, auth::ROLE_DAEMON, &b).expect("handshake");
+                        assert!(!h.challenged, "the node challenged (clocks apart?)");
+                    } else {
+                        s.write_all(&b).expect("send");
+                    }
                     s.read_exact(&mut b).expect("answer");
                     t[kind].push(t0.elapsed().as_nanos() as u64);
                 }

@@ -58,9 +58,9 @@
  *   names both hosts and the connection's ends: a recorded hello is good
  *   on no other connection (not even one the server never read, or a
  *   faster one racing the original) and never twice on its own. No round
- *   trip is added: the first message travels with the hello (the daemon's
- *   handshake with the CLI, under the cluster key, is the 3-message one of
- *   share/src/auth.rs). Address translation between hosts is not
+ *   trip is added: the first message travels with the hello (the CLI's
+ *   handshake with a node daemon, under the cluster key, seals its request
+ *   in its hello too: share/src/auth.rs). Address translation between hosts is not
  *   supported (the ends would differ). Anything else, or nothing within
  *   BKS_AUTH_MS, closes the connection.
  *

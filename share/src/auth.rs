@@ -1,45 +1,95 @@
-//! Authentication: the challenge-response that opens the CLI's connection
-//! to a node daemon, the run key, and the MACs on the CLI-node JSON lines.
+//! Authentication: the handshake that opens the CLI's connection to a
+//! node daemon, the run key, and the MACs on the CLI-node JSON lines.
+//!
+//! The CLI's first message (the spawn request, with the program's argv,
+//! environment and working directory) travels in the same flight as its
+//! proof, encrypted, so authentication adds no round trip to a run's start:
 //!
 //! ```text
-//! client -> server  magic, version, role, nonce_c (48 bytes)
-//! server -> client  nonce_s, HMAC(key, "bunkai-share server" || role || nonce_c || nonce_s)
-//! client -> server  HMAC(key, "bunkai-share client" || role || nonce_c || nonce_s)
+//! client -> server  hello: magic, version, role, len, time, nonce_c, the
+//!                   connection's two ends as the client sees them (96 B),
+//!                   then the first message sealed with ChaCha20-Poly1305
+//!                   under E = HMAC(K, "bunkai-share early" || nonce_c),
+//!                   the hello as associated data
+//! server -> client  status, nonce_s, HMAC(K, "bunkai-share server" || role
+//!                   || status || nonce_c || nonce_s)            (72 B)
+//! only if status is CHALLENGE:
+//! client -> server  HMAC(K, "bunkai-share client" || role || nonce_c || nonce_s)
 //! ```
 //!
+//! The server opens the first message (a peer without K cannot seal one:
+//! the server answers REFUSED and closes). It acts on it at once (ACCEPTED)
+//! only when the hello is fresh: its time within WINDOW of the server's
+//! clock and not before the server started, its nonce not seen before
+//! (the server remembers every nonce of the last WINDOW), and the ends it
+//! names are this connection's as the server sees them. So a recorded
+//! flight replays to nobody: not to the same server (the nonce is
+//! remembered, or the time is older than the window), not to a server
+//! restarted since (the time is before its start), not on another
+//! connection (the ends). Anything not fresh (clocks apart by more than
+//! the window, a node restarted a moment ago, address translation, a full
+//! memory of nonces) falls back to a challenge: the server sends its nonce
+//! and acts only on the client's MAC over both nonces, one round trip
+//! more. The client reads nothing until the server's MAC checks; an
+//! impostor without K learns nothing from the request (it is encrypted)
+//! and cannot answer.
+//!
 //! The CLI and the node daemon speak it under the cluster key, with role
-//! DAEMON. (The runtimes' connections open with a hello that carries the
-//! client's proof and its first message in one flight, under the run key:
-//! bunkai_share.h section 2, share/runtime/auth.c.) Each side
-//! checks the other's MAC over both fresh nonces before it reads anything
-//! else, so a recorded exchange replays to nobody; a peer that says
+//! DAEMON. (The runtimes' connections open with a hello under the run key:
+//! bunkai_share.h section 2, share/runtime/auth.c.) A peer that says
 //! nothing is dropped after BKS_AUTH_MS.
 //!
 //! The run key R = HMAC(K, "bunkai-share run" || run id): the CLI sends
-//! only the run id, and each node derives R itself. After the daemon
-//! handshake, each JSON line carries a MAC under the session key
-//! S = HMAC(K, "bunkai-share session" || nonce_c || nonce_s), with the
-//! direction and the line's number: `{json}\t{64 hex digits}`. The runtimes'
-//! traffic carries no MAC (docs/share.md says what that leaves open).
+//! only the run id (inside the encrypted request), and each node derives
+//! R itself. After the handshake, each JSON line carries a MAC under the
+//! session key S = HMAC(K, "bunkai-share session" || nonce_c || nonce_s),
+//! with the direction and the line's number: `{json}\t{64 hex digits}`.
+//! The runtimes' traffic carries no MAC (docs/share.md says what that
+//! leaves open).
 
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::ChaCha20Poly1305;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub const MAGIC: u32 = 0x314b_5342;
-/// bunkai_share.h BKS_VERSION: the handshake carries it.
-pub const VERSION: u32 = crate::stats::BKS_VERSION;
+/// The CLI-node handshake's own version, in its hello. (Up to 4 it was
+/// BKS_VERSION, and the handshake a challenge and response: a node or CLI
+/// of those builds refuses this one at its first 16 bytes.)
+pub const VERSION: u32 = 5;
 pub const ROLE_CONTROL: u32 = 1;
 pub const ROLE_THREAD: u32 = 2;
 /// The CLI talking to a node daemon (not a runtime role).
 pub const ROLE_DAEMON: u32 = 3;
 /// bunkai_share.h BKS_AUTH_MS.
 pub const AUTH_TIME: Duration = Duration::from_millis(5000);
+/// How far a hello's time may be from the server's clock and still be
+/// taken without a challenge; the server remembers nonces this long.
+pub const WINDOW: Duration = Duration::from_secs(30);
+/// Nonces remembered at most (a hello beyond that is challenged).
+pub const MAX_SEEN: usize = 1 << 16;
+/// The largest first message (proto::MAX_LINE).
+pub const MAX_FIRST: usize = crate::proto::MAX_LINE;
+
+/// The hello before its sealed first message (all of it is the seal's
+/// associated data).
+pub const HELLO: usize = 96;
+/// The server's answer.
+pub const REPLY: usize = 72;
+const TAG: usize = 16;
+
+pub const ACCEPTED: u32 = 1;
+pub const CHALLENGE: u32 = 2;
+pub const REFUSED: u32 = 3;
 
 const SERVER: &[u8] = b"bunkai-share server";
 const CLIENT: &[u8] = b"bunkai-share client";
+const EARLY: &[u8] = b"bunkai-share early";
 
 pub type Key = [u8; 32];
 
@@ -51,8 +101,12 @@ pub fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     m.finalize().into_bytes().into()
 }
 
-fn mac_for(key: &Key, label: &[u8], role: u32, nc: &[u8; 32], ns: &[u8; 32]) -> [u8; 32] {
-    hmac(key, &[label, &role.to_le_bytes(), nc, ns])
+fn server_mac(key: &Key, role: u32, status: u32, nc: &[u8; 32], ns: &[u8; 32]) -> [u8; 32] {
+    hmac(key, &[SERVER, &role.to_le_bytes(), &status.to_le_bytes(), nc, ns])
+}
+
+fn client_mac(key: &Key, role: u32, nc: &[u8; 32], ns: &[u8; 32]) -> [u8; 32] {
+    hmac(key, &[CLIENT, &role.to_le_bytes(), nc, ns])
 }
 
 /// Equal, in time that does not depend on where they differ.
@@ -119,48 +173,191 @@ fn session(key: &Key, nc: &[u8; 32], ns: &[u8; 32]) -> Key {
     hmac(key, &[b"bunkai-share session", nc, ns])
 }
 
-/// The client's side. Returns the session key.
-pub fn client(s: &mut TcpStream, key: &Key, role: u32) -> Result<Key, AuthError> {
-    let deadline = Instant::now() + AUTH_TIME;
-    let nc = nonce()?;
-    let mut hello = Vec::with_capacity(48);
-    hello.extend_from_slice(&MAGIC.to_le_bytes());
-    hello.extend_from_slice(&VERSION.to_le_bytes());
-    hello.extend_from_slice(&role.to_le_bytes());
-    hello.extend_from_slice(&0u32.to_le_bytes());
-    hello.extend_from_slice(&nc);
-    s.write_all(&hello).map_err(|_| AuthError::Closed)?;
-    let mut reply = [0u8; 64];
-    read_exact_by(s, &mut reply, deadline)?;
-    let ns: [u8; 32] = reply[..32].try_into().unwrap();
-    if !same(&mac_for(key, SERVER, role, &nc, &ns), &reply[32..]) {
-        return Err(AuthError::WrongKey);
-    }
-    s.write_all(&mac_for(key, CLIENT, role, &nc, &ns)).map_err(|_| AuthError::Closed)?;
-    Ok(session(key, &nc, &ns))
+fn early_cipher(key: &Key, nc: &[u8; 32]) -> ChaCha20Poly1305 {
+    ChaCha20Poly1305::new(&hmac(key, &[EARLY, nc]).into())
 }
 
-/// The server's side. Returns the session key.
-pub fn server(s: &mut TcpStream, key: &Key, role: u32) -> Result<Key, AuthError> {
-    let deadline = Instant::now() + AUTH_TIME;
-    let mut hello = [0u8; 48];
-    read_exact_by(s, &mut hello, deadline)?;
-    let word = |i: usize| u32::from_le_bytes(hello[4 * i..4 * i + 4].try_into().unwrap());
-    if word(0) != MAGIC || word(1) != VERSION || word(2) != role {
-        return Err(AuthError::Protocol);
+/// The early key is new for every nonce_c, so one fixed AEAD nonce is safe.
+const AEAD_NONCE: [u8; 12] = [0; 12];
+
+/// Nanoseconds since the epoch on this host's clock.
+pub fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// An address as 16 bytes (IPv4 mapped into IPv6) and its port.
+fn end_bytes(a: &SocketAddr) -> [u8; 18] {
+    let ip = match a.ip() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    let mut b = [0u8; 18];
+    b[..16].copy_from_slice(&ip.octets());
+    b[16..].copy_from_slice(&a.port().to_be_bytes());
+    b
+}
+
+/// The client's first flight: the hello and the sealed first message.
+/// `client_end` and `server_end` are the connection's ends as the client
+/// sees them; `time` its clock (now_ns()).
+pub fn flight(
+    key: &Key,
+    role: u32,
+    first: &[u8],
+    nc: &[u8; 32],
+    time: u64,
+    client_end: &SocketAddr,
+    server_end: &SocketAddr,
+) -> Result<Vec<u8>, AuthError> {
+    if first.len() > MAX_FIRST {
+        return Err(AuthError::Io(format!("a first message of {} bytes (at most {MAX_FIRST})", first.len())));
     }
-    let nc: [u8; 32] = hello[16..].try_into().unwrap();
-    let ns = nonce()?;
-    let mut reply = Vec::with_capacity(64);
-    reply.extend_from_slice(&ns);
-    reply.extend_from_slice(&mac_for(key, SERVER, role, &nc, &ns));
-    s.write_all(&reply).map_err(|_| AuthError::Closed)?;
-    let mut proof = [0u8; 32];
-    read_exact_by(s, &mut proof, deadline)?;
-    if !same(&mac_for(key, CLIENT, role, &nc, &ns), &proof) {
+    let mut h = Vec::with_capacity(HELLO + first.len() + TAG);
+    h.extend_from_slice(&MAGIC.to_le_bytes());
+    h.extend_from_slice(&VERSION.to_le_bytes());
+    h.extend_from_slice(&role.to_le_bytes());
+    h.extend_from_slice(&(first.len() as u32).to_le_bytes());
+    h.extend_from_slice(&time.to_le_bytes());
+    h.extend_from_slice(nc);
+    h.extend_from_slice(&end_bytes(client_end));
+    h.extend_from_slice(&end_bytes(server_end));
+    h.resize(HELLO, 0);
+    let sealed = early_cipher(key, nc)
+        .encrypt(&AEAD_NONCE.into(), Payload { msg: first, aad: &h[..HELLO] })
+        .map_err(|_| AuthError::Io("cannot seal the first message".into()))?;
+    h.extend_from_slice(&sealed);
+    Ok(h)
+}
+
+/// What a server remembers to refuse a flight it has already taken.
+pub struct Fresh {
+    started: u64,
+    seen: Mutex<HashMap<[u8; 32], u64>>,
+}
+
+impl Default for Fresh {
+    fn default() -> Self {
+        Fresh::new()
+    }
+}
+
+impl Fresh {
+    pub fn new() -> Fresh {
+        Fresh { started: now_ns(), seen: Mutex::new(HashMap::new()) }
+    }
+
+    /// Whether a hello of this time and nonce may be acted on without a
+    /// challenge, at `now`; if so, remembers its nonce.
+    pub fn admit(&self, time: u64, nc: &[u8; 32], now: u64) -> bool {
+        let w = WINDOW.as_nanos() as u64;
+        if time < self.started || time.saturating_add(w) < now || time > now.saturating_add(w) {
+            return false;
+        }
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.contains_key(nc) {
+            return false;
+        }
+        if seen.len() >= MAX_SEEN {
+            // Forget only what the window refuses by itself anyway.
+            seen.retain(|_, t| t.saturating_add(w) >= now);
+            if seen.len() >= MAX_SEEN {
+                return false;
+            }
+        }
+        seen.insert(*nc, time);
+        true
+    }
+}
+
+/// A client's end of a finished handshake.
+pub struct ClientSession {
+    pub lines: LineMac,
+    /// The server challenged: one round trip more (clocks apart, a node
+    /// restarted a moment ago, address translation).
+    pub challenged: bool,
+}
+
+/// The client's side: sends the hello with `first` sealed inside, checks
+/// the server's proof, answers a challenge.
+pub fn client(s: &mut TcpStream, key: &Key, role: u32, first: &[u8]) -> Result<ClientSession, AuthError> {
+    client_at(s, key, role, first, now_ns())
+}
+
+/// `client` with the clock given (tests).
+pub fn client_at(s: &mut TcpStream, key: &Key, role: u32, first: &[u8], time: u64) -> Result<ClientSession, AuthError> {
+    let deadline = Instant::now() + AUTH_TIME;
+    let io = |e: io::Error| AuthError::Io(e.to_string());
+    let (me, peer) = (s.local_addr().map_err(io)?, s.peer_addr().map_err(io)?);
+    let nc = nonce()?;
+    s.write_all(&flight(key, role, first, &nc, time, &me, &peer)?).map_err(|_| AuthError::Closed)?;
+    let mut reply = [0u8; REPLY];
+    read_exact_by(s, &mut reply, deadline)?;
+    let status = u32::from_le_bytes(reply[..4].try_into().unwrap());
+    if status == REFUSED {
         return Err(AuthError::WrongKey);
     }
-    Ok(session(key, &nc, &ns))
+    let ns: [u8; 32] = reply[8..40].try_into().unwrap();
+    if (status != ACCEPTED && status != CHALLENGE) || !same(&server_mac(key, role, status, &nc, &ns), &reply[40..]) {
+        return Err(AuthError::WrongKey);
+    }
+    if status == CHALLENGE {
+        s.write_all(&client_mac(key, role, &nc, &ns)).map_err(|_| AuthError::Closed)?;
+    }
+    Ok(ClientSession { lines: LineMac::new(session(key, &nc, &ns), true), challenged: status == CHALLENGE })
+}
+
+/// A server's end of a finished handshake.
+pub struct ServerSession {
+    pub lines: LineMac,
+    /// The client's first message, opened.
+    pub first: Vec<u8>,
+    pub challenged: bool,
+}
+
+/// The server's side: opens the hello, then answers ACCEPTED if it is
+/// fresh, else challenges and waits for the client's proof.
+pub fn server(s: &mut TcpStream, key: &Key, role: u32, fresh: &Fresh) -> Result<ServerSession, AuthError> {
+    let deadline = Instant::now() + AUTH_TIME;
+    let mut hello = [0u8; HELLO];
+    // What it is first: a peer of another version or protocol, which
+    // sends less than a hello, is told at once.
+    read_exact_by(s, &mut hello[..16], deadline)?;
+    let word = |h: &[u8; HELLO], i: usize| u32::from_le_bytes(h[4 * i..4 * i + 4].try_into().unwrap());
+    let len = word(&hello, 3) as usize;
+    if word(&hello, 0) != MAGIC || word(&hello, 1) != VERSION || word(&hello, 2) != role || len > MAX_FIRST {
+        return Err(AuthError::Protocol);
+    }
+    read_exact_by(s, &mut hello[16..], deadline)?;
+    let mut sealed = vec![0u8; len + TAG];
+    read_exact_by(s, &mut sealed, deadline)?;
+    let time = u64::from_le_bytes(hello[16..24].try_into().unwrap());
+    let nc: [u8; 32] = hello[24..56].try_into().unwrap();
+    let Ok(first) = early_cipher(key, &nc).decrypt(&AEAD_NONCE.into(), Payload { msg: &sealed, aad: &hello[..] })
+    else {
+        let mut no = [0u8; REPLY];
+        no[..4].copy_from_slice(&REFUSED.to_le_bytes());
+        let _ = s.write_all(&no);
+        return Err(AuthError::WrongKey);
+    };
+    let io = |e: io::Error| AuthError::Io(e.to_string());
+    let (me, peer) = (s.local_addr().map_err(io)?, s.peer_addr().map_err(io)?);
+    let ends_match = hello[56..74] == end_bytes(&peer) && hello[74..92] == end_bytes(&me);
+    let status = if ends_match && fresh.admit(time, &nc, now_ns()) { ACCEPTED } else { CHALLENGE };
+    let ns = nonce()?;
+    let mut reply = Vec::with_capacity(REPLY);
+    reply.extend_from_slice(&status.to_le_bytes());
+    reply.extend_from_slice(&[0u8; 4]);
+    reply.extend_from_slice(&ns);
+    reply.extend_from_slice(&server_mac(key, role, status, &nc, &ns));
+    s.write_all(&reply).map_err(|_| AuthError::Closed)?;
+    if status == CHALLENGE {
+        let mut proof = [0u8; 32];
+        read_exact_by(s, &mut proof, deadline)?;
+        if !same(&client_mac(key, role, &nc, &ns), &proof) {
+            return Err(AuthError::WrongKey);
+        }
+    }
+    Ok(ServerSession { lines: LineMac::new(session(key, &nc, &ns), false), first, challenged: status == CHALLENGE })
 }
 
 /// MACs on JSON lines: each direction numbers its lines from 0.
@@ -204,6 +401,7 @@ impl LineMac {
 mod tests {
     use super::*;
     use std::net::TcpListener;
+    use std::sync::Arc;
 
     /// RFC 4231, test cases 1 and 2.
     #[test]
@@ -273,54 +471,173 @@ mod tests {
         (c, l.accept().unwrap().0)
     }
 
+    /// A handshake on a fresh pair; returns both sessions' outcomes.
+    fn shake(
+        ck: Key,
+        sk: Key,
+        role_c: u32,
+        first: &'static [u8],
+        time: Option<u64>,
+        fresh: Arc<Fresh>,
+    ) -> (Result<ClientSession, AuthError>, Result<ServerSession, AuthError>) {
+        let (mut c, mut s) = pair();
+        let t = std::thread::spawn(move || server(&mut s, &sk, ROLE_DAEMON, &fresh));
+        let r = client_at(&mut c, &ck, role_c, first, time.unwrap_or_else(now_ns));
+        drop(c);
+        (r, t.join().unwrap())
+    }
+
     #[test]
     fn both_sides_agree_with_the_same_key_and_refuse_another() {
         let k = [7u8; 32];
-        let (mut c, mut s) = pair();
-        let t = std::thread::spawn(move || server(&mut s, &k, ROLE_DAEMON));
-        let cs = client(&mut c, &k, ROLE_DAEMON).unwrap();
-        assert_eq!(t.join().unwrap().unwrap(), cs);
+        let fresh = Arc::new(Fresh::new());
+        let (c, s) = shake(k, k, ROLE_DAEMON, b"spawn it", None, fresh.clone());
+        let (c, s) = (c.unwrap(), s.unwrap());
+        assert_eq!(s.first, b"spawn it");
+        assert!(!c.challenged && !s.challenged, "a fresh hello was challenged");
+        let (mut cl, mut sl) = (c.lines, s.lines);
+        assert_eq!(sl.open(&cl.seal("x")).unwrap(), "x");
+        assert_eq!(cl.open(&sl.seal("y")).unwrap(), "y");
 
-        let (mut c, mut s) = pair();
-        let t = std::thread::spawn(move || server(&mut s, &[8u8; 32], ROLE_DAEMON));
-        assert_eq!(client(&mut c, &k, ROLE_DAEMON), Err(AuthError::WrongKey));
-        drop(c);
-        assert_eq!(t.join().unwrap(), Err(AuthError::Closed));
+        // A server with another key opens nothing and says so; the client
+        // learns it holds another key.
+        let (c, s) = shake(k, [8u8; 32], ROLE_DAEMON, b"spawn it", None, fresh.clone());
+        assert_eq!(c.err(), Some(AuthError::WrongKey));
+        assert_eq!(s.err(), Some(AuthError::WrongKey));
 
-        // A client of another role, and one that never speaks.
-        let (mut c, mut s) = pair();
-        let t = std::thread::spawn(move || server(&mut s, &k, ROLE_DAEMON));
-        assert_eq!(client(&mut c, &k, ROLE_THREAD).unwrap_err(), AuthError::Closed);
-        assert_eq!(t.join().unwrap(), Err(AuthError::Protocol));
+        // A client of another role.
+        let (c, s) = shake(k, k, ROLE_THREAD, b"x", None, fresh.clone());
+        assert!(c.is_err());
+        assert_eq!(s.err(), Some(AuthError::Protocol));
     }
 
-    /// A recorded client exchange replayed against a fresh server fails:
-    /// the server's nonce is new.
+    /// A CLI of an earlier build (a 48-byte hello of version 4, then it
+    /// waits for the node's challenge) is told at once, not after the
+    /// handshake's time.
     #[test]
-    fn a_replayed_handshake_is_refused() {
+    fn an_earlier_builds_hello_is_refused_at_once() {
+        let (mut c, mut s) = pair();
+        let t0 = Instant::now();
+        let t = std::thread::spawn(move || server(&mut s, &[7u8; 32], ROLE_DAEMON, &Fresh::new()));
+        let mut old = Vec::new();
+        for w in [MAGIC, 4, ROLE_DAEMON, 0] {
+            old.extend_from_slice(&w.to_le_bytes());
+        }
+        old.extend_from_slice(&[1u8; 32]);
+        c.write_all(&old).unwrap();
+        assert_eq!(t.join().unwrap().err(), Some(AuthError::Protocol));
+        assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
+    }
+
+    /// Clocks apart by more than the window, or a hello made before the
+    /// server started: the server challenges, and the handshake still
+    /// succeeds, one round trip later.
+    #[test]
+    fn a_hello_out_of_the_window_is_challenged_and_still_succeeds() {
+        let k = [7u8; 32];
+        let fresh = Arc::new(Fresh::new());
+        let w = WINDOW.as_nanos() as u64;
+        for time in [now_ns() - 2 * w, now_ns() + 2 * w, fresh.started - 1] {
+            let (c, s) = shake(k, k, ROLE_DAEMON, b"late", Some(time), fresh.clone());
+            let (c, s) = (c.unwrap(), s.unwrap());
+            assert!(c.challenged && s.challenged, "time {time}: not challenged");
+            assert_eq!(s.first, b"late");
+        }
+    }
+
+    #[test]
+    fn fresh_remembers_nonces_and_its_start() {
+        let f = Fresh::new();
+        let now = now_ns();
+        let w = WINDOW.as_nanos() as u64;
+        assert!(f.admit(now, &[1; 32], now));
+        assert!(!f.admit(now, &[1; 32], now), "a nonce admitted twice");
+        assert!(!f.admit(now + 1, &[1; 32], now + 2), "a nonce admitted twice with another time");
+        assert!(f.admit(now, &[2; 32], now + w - 1));
+        assert!(!f.admit(now, &[3; 32], now + w + 1), "older than the window");
+        assert!(!f.admit(now + w + 2, &[4; 32], now), "newer than the window");
+        assert!(!f.admit(f.started - 1, &[5; 32], now), "made before the server started");
+        // A restarted server: hellos made before its start are refused
+        // even though it does not remember their nonces.
+        let later = Fresh { started: now + 10, seen: Mutex::new(HashMap::new()) };
+        assert!(!later.admit(now, &[1; 32], now + 20));
+        // A full memory forgets only what the window refuses anyway.
+        let full = Fresh::new();
+        {
+            let mut seen = full.seen.lock().unwrap();
+            for i in 0..MAX_SEEN as u32 {
+                let mut n = [0u8; 32];
+                n[..4].copy_from_slice(&i.to_le_bytes());
+                seen.insert(n, full.started);
+            }
+        }
+        assert!(!full.admit(full.started + 1, &[9; 32], full.started + 1), "a full memory admitted a nonce");
+        assert!(full.admit(full.started + w + 5, &[9; 32], full.started + w + 5), "expired nonces were not forgotten");
+        assert_eq!(full.seen.lock().unwrap().len(), 1);
+    }
+
+    /// The first message is not readable on the wire (the spawn request
+    /// carries the environment), and a flight that was changed opens
+    /// nowhere.
+    #[test]
+    fn the_first_message_is_sealed() {
+        let k = [7u8; 32];
+        let a: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:7000".parse().unwrap();
+        let secret = b"{\"spawn\":{\"env\":[[\"TOKEN\",\"hunter2-hunter2\"]]}}";
+        let f = flight(&k, ROLE_DAEMON, secret, &[4; 32], 1, &a, &b).unwrap();
+        assert_eq!(f.len(), HELLO + secret.len() + TAG);
+        assert!(!f.windows(7).any(|w| w == b"hunter2"), "the request travels in the clear");
+        let open = |f: &[u8]| {
+            let nc: [u8; 32] = f[24..56].try_into().unwrap();
+            early_cipher(&k, &nc).decrypt(&AEAD_NONCE.into(), Payload { msg: &f[HELLO..], aad: &f[..HELLO] })
+        };
+        assert_eq!(open(&f).unwrap(), secret);
+        for i in 0..f.len() {
+            if (12..16).contains(&i) {
+                continue; // the length: the server reads by it, checked below
+            }
+            let mut g = f.clone();
+            g[i] ^= 0x20;
+            assert!(open(&g).is_err(), "byte {i} changed and the flight still opened");
+        }
+        // Another key cannot open it.
+        let nc: [u8; 32] = f[24..56].try_into().unwrap();
+        assert!(early_cipher(&[8; 32], &nc)
+            .decrypt(&AEAD_NONCE.into(), Payload { msg: &f[HELLO..], aad: &f[..HELLO] })
+            .is_err());
+    }
+
+    /// A recorded flight sent again, on a new connection to the same
+    /// server: its nonce is remembered and its ends are another
+    /// connection's, so the server challenges, and the replayer cannot
+    /// answer.
+    #[test]
+    fn a_replayed_flight_is_challenged_and_refused() {
         let k = [9u8; 32];
-        let (mut c, mut s) = pair();
-        let rec = std::thread::spawn(move || {
-            let mut hello = [0u8; 48];
-            s.read_exact(&mut hello).unwrap();
-            let nc: [u8; 32] = hello[16..].try_into().unwrap();
-            let ns = [1u8; 32];
-            let mut reply = ns.to_vec();
-            reply.extend_from_slice(&mac_for(&k, SERVER, ROLE_DAEMON, &nc, &ns));
-            s.write_all(&reply).unwrap();
-            let mut proof = [0u8; 32];
-            s.read_exact(&mut proof).unwrap();
-            (hello, proof)
-        });
-        client(&mut c, &k, ROLE_DAEMON).unwrap();
-        let (hello, proof) = rec.join().unwrap();
-        let (mut c, mut s) = pair();
-        let t = std::thread::spawn(move || server(&mut s, &k, ROLE_DAEMON));
-        c.write_all(&hello).unwrap();
-        let mut reply = [0u8; 64];
-        c.read_exact(&mut reply).unwrap();
-        c.write_all(&proof).unwrap();
-        assert_eq!(t.join().unwrap(), Err(AuthError::WrongKey));
+        let fresh = Arc::new(Fresh::new());
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut c = TcpStream::connect(addr).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let nc = [6u8; 32];
+        let f = flight(&k, ROLE_DAEMON, b"once", &nc, now_ns(), &c.local_addr().unwrap(), &addr).unwrap();
+        c.write_all(&f).unwrap();
+        let got = server(&mut s, &k, ROLE_DAEMON, &fresh).unwrap();
+        assert!(!got.challenged);
+        assert_eq!(got.first, b"once");
+        for _ in 0..2 {
+            let mut c = TcpStream::connect(addr).unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            let fr = fresh.clone();
+            let t = std::thread::spawn(move || server(&mut s, &k, ROLE_DAEMON, &fr));
+            c.write_all(&f).unwrap();
+            let mut reply = [0u8; REPLY];
+            c.read_exact(&mut reply).unwrap();
+            assert_eq!(u32::from_le_bytes(reply[..4].try_into().unwrap()), CHALLENGE);
+            c.write_all(&[0u8; 32]).unwrap();
+            assert_eq!(t.join().unwrap().err(), Some(AuthError::WrongKey));
+        }
     }
 
     #[test]

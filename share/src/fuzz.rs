@@ -133,43 +133,69 @@ mod tests {
         }
     }
 
-    /// Random and mutated handshakes against the server: it never accepts
-    /// one from a peer without the key, and says why in a known phrase.
+    /// Random and mutated handshakes against the server: a flight under
+    /// another key, noise, and a valid flight changed on the way. Nothing
+    /// authenticates but an unchanged flight under the key, a flight under
+    /// another key gets REFUSED, and a refusal says why in a known phrase.
     #[test]
     fn handshakes_without_the_key() {
         let mut r = Rng(0x5eed_0003);
         let key = [0x17u8; 32];
+        let fresh = std::sync::Arc::new(auth::Fresh::new());
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
+        let (mut accepted, mut refused) = (0, 0);
         for round in 0..300 {
             let mut c = TcpStream::connect(addr).unwrap();
             let (mut s, _) = l.accept().unwrap();
-            let t = std::thread::spawn(move || auth::server(&mut s, &key, auth::ROLE_DAEMON));
-            // a hello that is valid more often than not, then noise for the proof
-            let mut hello = Vec::new();
-            hello.extend_from_slice(&auth::MAGIC.to_le_bytes());
-            hello.extend_from_slice(&auth::VERSION.to_le_bytes());
-            hello.extend_from_slice(&auth::ROLE_DAEMON.to_le_bytes());
-            hello.extend_from_slice(&[0u8; 4]);
-            hello.extend((0..32).map(|_| r.next() as u8));
-            if round % 3 == 0 {
-                mutate(&mut r, &mut hello);
-            }
-            let _ = c.write_all(&hello);
-            // a cut hello leaves the server waiting for the rest: do not wait with it
+            let fr = fresh.clone();
+            let t = std::thread::spawn(move || auth::server(&mut s, &key, auth::ROLE_DAEMON, &fr));
+            let first: Vec<u8> = (0..r.below(300)).map(|_| r.next() as u8).collect();
+            let mut nc = [0u8; 32];
+            nc.iter_mut().for_each(|b| *b = r.next() as u8);
+            let kind = round % 3;
+            let k = if kind == 0 { [0x18u8; 32] } else { key };
+            let good = auth::flight(&k, auth::ROLE_DAEMON, &first, &nc, auth::now_ns(), &c.local_addr().unwrap(), &addr).unwrap();
+            let sent = match kind {
+                1 => (0..r.below(200)).map(|_| r.next() as u8).collect(),
+                2 => {
+                    let mut v = good.clone();
+                    mutate(&mut r, &mut v);
+                    v
+                }
+                _ => good.clone(),
+            };
+            let _ = c.write_all(&sent);
+            // a cut flight leaves the server waiting for the rest: do not wait with it
             c.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
-            let mut reply = [0u8; 64];
-            let got = c.read_exact(&mut reply).is_ok();
+            let mut reply = [0u8; auth::REPLY];
+            let status = c.read_exact(&mut reply).ok().map(|_| u32::from_le_bytes(reply[..4].try_into().unwrap()));
             let proof: Vec<u8> = (0..r.below(40)).map(|_| r.next() as u8).collect();
             let _ = c.write_all(&proof);
             drop(c);
+            let unchanged = kind == 2 && sent == good;
             match t.join().unwrap() {
-                Ok(_) => panic!("round {round}: a peer without the key authenticated"),
-                Err(AuthError::WrongKey | AuthError::Closed | AuthError::Protocol | AuthError::TimedOut) => {}
-                Err(AuthError::Io(e)) => assert!(!e.is_empty()),
+                Ok(got) => {
+                    assert!(unchanged, "round {round}: a flight without the key authenticated");
+                    assert_eq!(got.first, first, "round {round}: the request changed on the way");
+                    assert_eq!(status, Some(auth::ACCEPTED));
+                    accepted += 1;
+                }
+                Err(e) => {
+                    assert!(!unchanged, "round {round}: an unchanged flight under the key was refused: {e}");
+                    assert!(
+                        matches!(e, AuthError::WrongKey | AuthError::Closed | AuthError::Protocol | AuthError::TimedOut),
+                        "round {round}: {e:?}"
+                    );
+                    if kind == 0 {
+                        assert_eq!(status, Some(auth::REFUSED), "round {round}: another key's flight was not refused");
+                        assert_eq!(e, AuthError::WrongKey);
+                    }
+                    refused += 1;
+                }
             }
-            assert!(got || round % 3 == 0, "round {round}: a valid hello got no reply");
         }
+        assert!(refused >= 200 && accepted <= 100, "{accepted} accepted, {refused} refused");
     }
 
     /// Key files: only 64 hex digits are a key.

@@ -1,7 +1,7 @@
 //! `bunkai share node`: the daemon on each host other than the home host.
-//! For each run the CLI connects and proves it holds the cluster key
-//! (auth.rs; the node proves it too), sends a spawn request (proto.rs),
-//! and the node starts a replica: the same program at the same path, with
+//! For each run the CLI connects and proves it holds the cluster key, its
+//! spawn request (proto.rs) sealed in the same flight (auth.rs; the node
+//! proves it holds the key too), and the node starts a replica: the same program at the same path, with
 //! the same environment and working directory, ASLR off, the run key in a
 //! pipe and BUNKAI_SHARE telling the runtime its host number and where home
 //! is. The replica's runtime connects to the home host itself; the node
@@ -9,15 +9,15 @@
 //! asks or goes away.
 //!
 //! Bounds: at most MAX_PENDING connections may be in their handshake (5 s
-//! each), MAX_RUNS runs served at once, a request of 1 MiB sent within
-//! 10 s of the handshake. Anything else is closed with one log line.
+//! each, the request, at most 1 MiB, inside it), MAX_RUNS runs served at
+//! once. Anything else is closed with one log line.
 //!
 //! No stray replicas: a replica is killed (SIGKILL) and reaped when its
 //! connection ends for any reason, including a dead CLI or a cut link
 //! (noticed by keepalive within seconds); it gets SIGKILL by
 //! PR_SET_PDEATHSIG if the thread that started it, or the whole node, dies.
 
-use crate::auth::{self, Key, LineMac};
+use crate::auth::{self, Key};
 use crate::launch;
 use crate::proto::{self, Exit, Lines, Reply, Request, Spawn};
 use crate::sys;
@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where the daemon listens and as whom: `bunkai share node`'s options
 /// (cmd/node.rs).
@@ -47,8 +47,6 @@ pub struct NodeOptions {
     pub user: Option<String>,
 }
 
-/// How long an authenticated peer may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections that have not finished their handshake: more are closed at
 /// once.
 pub const MAX_PENDING: usize = 16;
@@ -116,6 +114,8 @@ pub fn run(a: &NodeOptions) -> Result<ExitCode> {
     }
     let pending = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
+    // Nonces of the handshakes taken without a challenge (auth.rs).
+    let fresh = Arc::new(auth::Fresh::new());
     loop {
         let (s, peer) = match l.accept() {
             Ok(c) => c,
@@ -130,7 +130,7 @@ pub fn run(a: &NodeOptions) -> Result<ExitCode> {
             continue;
         };
         if a.once {
-            if serve(s, peer, &key, slot, &runs) {
+            if serve(s, peer, &key, &fresh, slot, &runs) {
                 return Ok(ExitCode::SUCCESS);
             }
             continue;
@@ -138,16 +138,17 @@ pub fn run(a: &NodeOptions) -> Result<ExitCode> {
         // The thread that starts a replica lives until it is reaped: the
         // replica's parent-death signal is tied to it.
         let runs = runs.clone();
-        std::thread::spawn(move || serve(s, peer, &key, slot, &runs));
+        let fresh = fresh.clone();
+        std::thread::spawn(move || serve(s, peer, &key, &fresh, slot, &runs));
     }
 }
 
 /// One connection: the handshake, the request, the replica, its end.
 /// Returns whether the peer authenticated.
-fn serve(mut s: TcpStream, peer: SocketAddr, key: &Key, pending: Slot, runs: &Arc<AtomicUsize>) -> bool {
+fn serve(mut s: TcpStream, peer: SocketAddr, key: &Key, fresh: &auth::Fresh, pending: Slot, runs: &Arc<AtomicUsize>) -> bool {
     proto::tune(&s);
-    let session = match auth::server(&mut s, key, auth::ROLE_DAEMON) {
-        Ok(k) => k,
+    let hs = match auth::server(&mut s, key, auth::ROLE_DAEMON, fresh) {
+        Ok(h) => h,
         Err(e) => {
             log(&peer, &format!("refused: {e}"));
             return false;
@@ -155,20 +156,14 @@ fn serve(mut s: TcpStream, peer: SocketAddr, key: &Key, pending: Slot, runs: &Ar
     };
     drop(pending);
     let mut c = Lines::new(s);
-    c.secure(LineMac::new(session, false));
+    c.secure(hs.lines);
     let Some(_run) = Slot::take(runs, MAX_RUNS) else {
         log(&peer, &format!("refused: {MAX_RUNS} runs are being served"));
         let _ = c.send(&Reply::Error(format!("this node serves {MAX_RUNS} runs already (try again later)")));
         return true;
     };
-    let line = match c.recv(Some(Instant::now() + REQUEST_TIMEOUT)) {
-        Ok(Some(l)) => l,
-        Ok(None) => return true,
-        Err(e) => {
-            log(&peer, &format!("no request: {e}"));
-            return true;
-        }
-    };
+    // The request came inside the handshake, sealed.
+    let line = String::from_utf8_lossy(&hs.first).trim().to_string();
     let spawn = match proto::parse_request(&line) {
         Ok(Request::Spawn(s)) => s,
         Ok(Request::Kill(_)) => return true,
@@ -348,6 +343,7 @@ fn check_program(p: &Path) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     const KEY: Key = [5u8; 32];
 
@@ -434,12 +430,14 @@ mod tests {
         assert_eq!(text.lines().last().unwrap(), want, "{text}");
     }
 
-    /// A client that authenticates, the way `bunkai share run` does.
-    fn connect(addr: SocketAddr, key: &Key) -> Lines {
+    /// A client that authenticates with its request inside, the way
+    /// `bunkai share run` does.
+    fn connect(addr: SocketAddr, key: &Key, req: &Request) -> Lines {
         let mut s = TcpStream::connect(addr).unwrap();
-        let session = auth::client(&mut s, key, auth::ROLE_DAEMON).unwrap();
+        let first = serde_json::to_string(req).unwrap();
+        let session = auth::client(&mut s, key, auth::ROLE_DAEMON, first.as_bytes()).unwrap();
         let mut c = Lines::new(s);
-        c.secure(LineMac::new(session, true));
+        c.secure(session.lines);
         c
     }
 
@@ -448,11 +446,13 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let pending = Arc::new(AtomicUsize::new(0));
         let runs = Arc::new(AtomicUsize::new(0));
+        let fresh = Arc::new(auth::Fresh::new());
         std::thread::spawn(move || loop {
             let (s, p) = l.accept().unwrap();
             let Some(slot) = Slot::take(&pending, MAX_PENDING) else { continue };
             let runs = runs.clone();
-            std::thread::spawn(move || serve(s, p, &KEY, slot, &runs));
+            let fresh = fresh.clone();
+            std::thread::spawn(move || serve(s, p, &KEY, &fresh, slot, &runs));
         });
         addr
     }
@@ -465,21 +465,18 @@ mod tests {
         let soon = || Some(Instant::now() + Duration::from_secs(10));
         let reply = |c: &mut Lines| proto::parse_reply(&c.recv(soon()).unwrap().unwrap()).unwrap();
 
-        let mut c = connect(addr, &KEY);
-        c.send(&Request::Spawn(request(&["/bin/sh", "-c", "exit 3"]))).unwrap();
+        let mut c = connect(addr, &KEY, &Request::Spawn(request(&["/bin/sh", "-c", "exit 3"])));
         assert!(matches!(reply(&mut c), Reply::Spawned { .. }));
         assert_eq!(reply(&mut c), Reply::Exited(Exit::Code(3)));
         assert_eq!(c.recv(soon()).unwrap(), None);
 
-        let mut c = connect(addr, &KEY);
-        c.send(&Request::Spawn(request(&["/bin/sleep", "60"]))).unwrap();
+        let mut c = connect(addr, &KEY, &Request::Spawn(request(&["/bin/sleep", "60"])));
         let Reply::Spawned { pid } = reply(&mut c) else { panic!() };
         c.send(&Request::Kill(true)).unwrap();
         assert_eq!(reply(&mut c), Reply::Exited(Exit::Signal(9)));
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "replica {pid} not reaped");
 
-        let mut c = connect(addr, &KEY);
-        c.send(&Request::Spawn(request(&["/bin/sleep", "60"]))).unwrap();
+        let mut c = connect(addr, &KEY, &Request::Spawn(request(&["/bin/sleep", "60"])));
         let Reply::Spawned { pid } = reply(&mut c) else { panic!() };
         drop(c);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -488,44 +485,55 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
 
-        let mut c = connect(addr, &KEY);
         let mut bad = request(&["/bin/true"]);
         bad.version = 99;
-        c.send(&Request::Spawn(bad)).unwrap();
+        let mut c = connect(addr, &KEY, &Request::Spawn(bad));
         let Reply::Error(e) = reply(&mut c) else { panic!() };
         assert!(e.contains("protocol version 99"), "{e}");
     }
 
     /// Without the key nothing runs: a wrong key, a spawn request sent
-    /// without a handshake, a request whose MAC does not match.
+    /// without a handshake, a flight changed on the way, a flight replayed.
     #[test]
     fn nothing_runs_without_the_key() {
         let addr = daemon();
         let dir = tempfile::tempdir().unwrap();
         let flag = dir.path().join("ran");
-        let req = request(&["/bin/sh", "-c", &format!("touch {}", flag.display())]);
+        let req = Request::Spawn(request(&["/bin/sh", "-c", &format!("touch {}", flag.display())]));
+        let line = serde_json::to_string(&req).unwrap();
         // wrong key
         let mut s = TcpStream::connect(addr).unwrap();
-        assert_eq!(auth::client(&mut s, &[6u8; 32], auth::ROLE_DAEMON), Err(auth::AuthError::WrongKey));
+        assert_eq!(auth::client(&mut s, &[6u8; 32], auth::ROLE_DAEMON, line.as_bytes()).err(), Some(auth::AuthError::WrongKey));
         // no handshake: the JSON is taken for a hello and refused
         let mut s = TcpStream::connect(addr).unwrap();
-        let line = serde_json::to_string(&Request::Spawn(req.clone())).unwrap();
         let _ = s.write_all(format!("{line}\n").as_bytes());
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut buf = [0u8; 64];
         use std::io::Read;
         assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)), "the node answered a peer without the key");
-        // authenticated, but the line's MAC is wrong
+        // a flight with one byte of its sealed request changed
         let mut s = TcpStream::connect(addr).unwrap();
-        auth::client(&mut s, &KEY, auth::ROLE_DAEMON).unwrap();
-        let _ = s.write_all(format!("{line}\t{}\n", "0".repeat(64)).as_bytes());
-        let mut c = Lines::new(s);
-        assert!(matches!(c.recv(Some(Instant::now() + Duration::from_secs(10))), Ok(None) | Err(_)));
+        let mut f = auth::flight(&KEY, auth::ROLE_DAEMON, line.as_bytes(), &[3; 32], auth::now_ns(), &s.local_addr().unwrap(), &addr).unwrap();
+        let last = f.len() - 20;
+        f[last] ^= 1;
+        let _ = s.write_all(&f);
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut reply = [0u8; auth::REPLY];
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(u32::from_le_bytes(reply[..4].try_into().unwrap()), auth::REFUSED);
+        // a flight recorded off the wire and sent again on a new connection
+        let mut s = TcpStream::connect(addr).unwrap();
+        let f = auth::flight(&KEY, auth::ROLE_DAEMON, line.as_bytes(), &[4; 32], auth::now_ns(), &"127.0.0.1:1".parse().unwrap(), &addr).unwrap();
+        let _ = s.write_all(&f);
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(u32::from_le_bytes(reply[..4].try_into().unwrap()), auth::CHALLENGE, "a flight of other ends was taken");
+        let _ = s.write_all(&[0u8; 32]);
+        assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)), "the node answered a replayed flight");
         std::thread::sleep(Duration::from_millis(200));
         assert!(!flag.exists(), "a program ran for a peer without the key");
         // and the node still serves its owner
-        let mut c = connect(addr, &KEY);
-        c.send(&Request::Spawn(req)).unwrap();
+        let mut c = connect(addr, &KEY, &req);
         let r = proto::parse_reply(&c.recv(Some(Instant::now() + Duration::from_secs(10))).unwrap().unwrap()).unwrap();
         assert!(matches!(r, Reply::Spawned { .. }), "{r:?}");
     }

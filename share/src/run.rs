@@ -18,7 +18,7 @@
 //! it directly, as the whole foreground group gets it). We exit with the
 //! program's status, 128 + signal if a signal ended it, like a shell.
 
-use crate::auth::{self, Key, LineMac};
+use crate::auth::{self, Key};
 use crate::launch::{self, Place};
 use crate::proto::{self, Exit, Lines, Reply, Request, Spawn};
 use crate::stats;
@@ -130,6 +130,8 @@ struct Node {
     pid: u32,
     /// How its replica ended, once we know (None: still running).
     ended: Option<Ended>,
+    /// The node challenged our hello (one round trip more).
+    challenged: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -162,15 +164,6 @@ fn start_node(
     let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
     let mut s = TcpStream::connect_timeout(&sa, left).map_err(|e| connect_error(addr, &e))?;
     proto::tune(&s);
-    let session = auth::client(&mut s, key, auth::ROLE_DAEMON).map_err(|e| match e {
-        auth::AuthError::WrongKey => {
-            "does not hold our key (copy ~/.config/bunkai/share.key to that host, or give --key)".to_string()
-        }
-        auth::AuthError::Closed | auth::AuthError::Protocol => {
-            "closed the connection during the handshake (it holds another key, or runs another version of bunkai)".to_string()
-        }
-        e => format!("handshake failed: {e} (check that `bunkai share node` runs there)"),
-    })?;
     let home_ip = match listen_ip {
         Some(ip) => ip,
         None => match s.local_addr().map(|a| a.ip()) {
@@ -185,16 +178,28 @@ fn start_node(
     let mut req = req.clone();
     req.host = host;
     req.home = format!("{home_ip}:{port}");
+    // The request travels sealed inside the handshake (auth.rs): no round
+    // trip is spent before it.
+    let first = serde_json::to_string(&Request::Spawn(req)).map_err(|e| e.to_string())?;
+    let session = auth::client(&mut s, key, auth::ROLE_DAEMON, first.as_bytes()).map_err(|e| match e {
+        auth::AuthError::WrongKey => {
+            "does not hold our key (copy ~/.config/bunkai/share.key to that host, or give --key)".to_string()
+        }
+        auth::AuthError::Closed | auth::AuthError::Protocol => {
+            "closed the connection during the handshake (it holds another key, or runs another version of bunkai)".to_string()
+        }
+        e => format!("handshake failed: {e} (check that `bunkai share node` runs there)"),
+    })?;
+    let challenged = session.challenged;
     let mut conn = Lines::new(s);
-    conn.secure(LineMac::new(session, true));
-    conn.send(&Request::Spawn(req)).map_err(|e| connect_error(addr, &e))?;
+    conn.secure(session.lines);
     let line = match conn.recv(Some(deadline)) {
         Ok(Some(l)) => l,
         Ok(None) => return Err("closed the connection (is it a `bunkai share node` of the same version?)".into()),
         Err(e) => return Err(connect_error(addr, &e)),
     };
     match proto::parse_reply(&line)? {
-        Reply::Spawned { pid } => Ok(Node { addr: addr.to_string(), conn, pid, ended: None }),
+        Reply::Spawned { pid } => Ok(Node { addr: addr.to_string(), conn, pid, ended: None, challenged }),
         Reply::Error(e) => Err(e),
         Reply::Exited(x) => Err(format!("the replica {} at once", x.describe())),
     }
@@ -366,6 +371,14 @@ pub fn run(a: &RunOptions) -> Result<ExitCode> {
     if a.verbose {
         for (i, n) in nodes.iter().enumerate() {
             eprintln!("bunkai share: host {}: node {}: replica {}", i + 1, n.addr, n.pid);
+            if n.challenged {
+                eprintln!(
+                    "bunkai share: host {}: node {} challenged our hello: one round trip more (its clock is more than {} s from ours, it restarted a moment ago, or an address is translated between us)",
+                    i + 1,
+                    n.addr,
+                    auth::WINDOW.as_secs()
+                );
+            }
         }
     }
 

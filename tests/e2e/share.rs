@@ -230,29 +230,25 @@ fn cluster_key() -> bunkai_share::auth::Key {
     bunkai_share::key::load(Path::new(&std::env::var_os("BUNKAI_SHARE_KEY").unwrap())).unwrap()
 }
 
-/// A connection to a node that has passed the handshake, as the CLI's.
-fn authenticated(addr: &str) -> bunkai_share::proto::Lines {
+/// A connection to a node that has passed the handshake with `first`
+/// sealed inside it, as the CLI's.
+fn authenticated(addr: &str, first: &str) -> bunkai_share::proto::Lines {
     use bunkai_share::{auth, proto};
     let mut s = TcpStream::connect(addr).unwrap();
-    let session = auth::client(&mut s, &cluster_key(), auth::ROLE_DAEMON).unwrap();
+    let session = auth::client(&mut s, &cluster_key(), auth::ROLE_DAEMON, first.as_bytes()).unwrap();
     let mut c = proto::Lines::new(s);
-    c.secure(auth::LineMac::new(session, true));
+    c.secure(session.lines);
     c
 }
 
-/// The node's side of the protocol, spoken by hand after the handshake: a
-/// program that does not exist there, another protocol version, a line
-/// that is not JSON.
+/// The node's side of the protocol, spoken by hand: a program that does
+/// not exist there, another protocol version, a line that is not JSON.
 #[test]
 fn node_refuses_what_it_cannot_run() {
     setup();
     let node = Node::local();
     let ask = |line: &str| -> serde_json::Value {
-        let mut c = authenticated(&node.addr);
-        let sealed = line.to_string();
-        // send the raw line through the MAC'd channel
-        c.send(&serde_json::from_str::<serde_json::Value>(&sealed).unwrap_or(serde_json::Value::String(sealed.clone())))
-            .unwrap();
+        let mut c = authenticated(&node.addr, line);
         let soon = Some(Instant::now() + Duration::from_secs(20));
         let reply = c.recv(soon).unwrap().expect("an answer");
         let v: serde_json::Value = serde_json::from_str(&reply).unwrap_or_else(|e| panic!("{reply:?}: {e}"));
@@ -273,6 +269,8 @@ fn node_refuses_what_it_cannot_run() {
     let v = ask(&spawn(r#""/bin/true""#, 1));
     assert_eq!(v["error"], "protocol version 1, this node speaks 2 (run the same bunkai on every host)");
     let v = ask("GET / HTTP/1.0");
+    assert!(v["error"].as_str().unwrap().starts_with("not a JSON message"), "{v}");
+    let v = ask(r#""GET / HTTP/1.0""#);
     assert!(v["error"].as_str().unwrap().starts_with("bad request"), "{v}");
 }
 
@@ -960,8 +958,9 @@ fn touch_run(addr: &str, flag: &Path, key: Option<&Path>) -> Output {
 
 /// Without the key a node runs nothing: a spawn request sent without a
 /// handshake, a CLI holding another key (named in one line), and a real
-/// run's handshake replayed byte for byte (recorded by a proxy) are all
-/// refused and logged; the node then serves its owner as before.
+/// run's first flight (hello and sealed request, recorded by a proxy)
+/// replayed byte for byte are all refused and logged; the node then
+/// serves its owner as before.
 #[test]
 fn a_node_runs_nothing_for_a_peer_without_the_key() {
     let node = LoggedNode::local();
@@ -1024,14 +1023,22 @@ fn a_node_runs_nothing_for_a_peer_without_the_key() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(flag3.exists());
     let recorded = recorder.join().unwrap();
-    assert!(recorded.len() > 48 + 32, "recorded {} bytes", recorded.len());
+    let hello = bunkai_share::auth::HELLO;
+    assert!(recorded.len() > hello + 16, "recorded {} bytes", recorded.len());
     let started = node.log().matches(" started: ").count();
     std::fs::remove_file(&flag3).unwrap();
+    // The flight again, on a new connection: the node challenges (its
+    // nonce is remembered, its ends are another connection's), and without
+    // the key the answer to the challenge can only be a guess.
+    let flight_len = hello + u32::from_le_bytes(recorded[12..16].try_into().unwrap()) as usize + 16;
     let mut s = TcpStream::connect(&node.node.addr).unwrap();
-    let _ = s.write_all(&recorded);
+    let _ = s.write_all(&recorded[..flight_len]);
+    let _ = s.write_all(&[0u8; 32]);
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut all = Vec::new();
     let _ = s.read_to_end(&mut all);
+    assert!(all.len() >= 4, "no answer to a replayed flight");
+    assert_eq!(u32::from_le_bytes(all[..4].try_into().unwrap()), bunkai_share::auth::CHALLENGE, "a replayed flight was not challenged");
     node.wait_for("refused: wrong key", 1);
     assert_eq!(node.log().matches(" started: ").count(), started, "a replayed handshake started a replica: {}", node.log());
     // nothing ran for any of them; the owner is still served
