@@ -303,16 +303,19 @@ def handshake_section(hs, base=None, standalone=False):
     rt, dm = hs["runtime"], hs["daemon"]
     L.append("| connection on the veth (connect, a 32-byte message and its answer, close) | plain [µs] | with the handshake [µs] | difference |")
     L.append("|---|---:|---:|---:|")
-    L.append(f"| the CLI and a node daemon (share/src/auth.rs: challenge, response, proof; cluster key) | "
+    L.append(f"| the CLI and a node daemon (share/src/auth.rs: the hello with the request sealed in it, the node's proof; cluster key) | "
              f"{dm['plain_ns'] / 1e3:.1f} | {dm['handshake_ns'] / 1e3:.1f} | {d['daemon']:+.1f} |")
     L.append(f"| a runtime connection (share/runtime/auth.c: the hello and the first message in one flight; run key) | "
              f"{rt['plain_ns'] / 1e3:.1f} | {rt['handshake_ns'] / 1e3:.1f} | {d['runtime']:+.1f} |")
     L.append("")
     L.append(f"Two handshakes lie on a run's path to its start, one after the other: the CLI's with each node (the "
              f"nodes in parallel) and each replica's with the home host (in parallel too): {path_us:.0f} µs in all. "
-             "A runtime connection adds no round trip: the client's proof and its first message (HELLO, or a thread's "
-             "START) leave together, and the server's proof comes back before its first answer; what is left is "
-             "computing the MACs. Each thread placed on a node pays that once, when it starts (its executor's "
+             "Neither adds a round trip: the client's proof and its first message (the CLI's spawn request, sealed "
+             "with ChaCha20-Poly1305; a runtime's HELLO, or a thread's START) leave together, and the server's proof "
+             "comes back before its first answer; what is left is computing the MACs (and the seal). A node "
+             "challenges (one round trip more) only a hello that is not fresh: clocks more than 30 s apart, a node "
+             "restarted a moment ago, address translation. Each thread placed on a node pays the runtime's once, "
+             "when it starts (its executor's "
              "connection). Nothing is added per forwarded call or page: the messages carry no MAC" +
              ("" if standalone else " (see the latencies above" + (" and against the earlier build below" if base else "") + ")") +
              ".\n")
