@@ -394,7 +394,7 @@ static void handshake(void *p) {
     return;
   }
   tune_socket(s->fd);
-  remote_thread_spawn(s->fd, &st);
+  if (remote_thread_spawn(s->fd, &st)) refuse(s->fd, s->ip, s->port, "a START for a thread this node runs already");
 }
 
 static void acceptor(void *unused) {

@@ -151,14 +151,21 @@ static void remote_thread(void *p) {
 }
 
 /* A thread connection has started a thread (a handshake worker,
- * node_manager.c; they run concurrently). */
+ * node_manager.c; they run concurrently). Home numbers its threads once
+ * each: a START for a number one of ours has is refused, so a routine never
+ * runs twice. */
 static volatile int threads_lock;
-void remote_thread_spawn(int fd, const struct bks_start *st) {
+int remote_thread_spawn(int fd, const struct bks_start *st) {
+  int slot = -1;
+  lock(&threads_lock);
+  for (int i = 0; i < nthreads_hi; i++)
+    if (g.threads[i] && g.threads[i]->thread == st->thread) {
+      unlock(&threads_lock);
+      return -EEXIST;
+    }
   struct rthread *t = priv_alloc(sizeof *t);
   t->fd = fd, t->thread = st->thread, t->tid = st->tid, t->pid = st->pid;
   t->fn = st->fn, t->arg = st->arg, t->sp = st->sp, t->fs = st->fs;
-  int slot = -1;
-  lock(&threads_lock);
   for (int i = 0; i < BKS_MAX_THREADS && slot < 0; i++)
     if (!g.threads[i]) slot = i;
   if (slot < 0) die("more than %d threads on this node", BKS_MAX_THREADS, 0, 0, 0);
@@ -168,4 +175,5 @@ void remote_thread_spawn(int fd, const struct bks_start *st) {
   char *stack = priv_alloc(64 * 1024);
   long r = __bunkai_clone(THREAD_FLAGS | CLONE_SETTLS, stack + 64 * 1024, st->fs, remote_thread, t, 0);
   if (r < 0) die("cannot create a thread (%d)", r, 0, 0, 0);
+  return 0;
 }

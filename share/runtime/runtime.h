@@ -283,7 +283,9 @@ struct rthread *me(void);
 void wait_processed(uint32_t seq);
 void sigsys(int sig, siginfo_t *si, void *ctx);
 void sigsegv(int sig, siginfo_t *si, void *ctx);
-void remote_thread_spawn(int fd, const struct bks_start *st);
+/* 0, or -EEXIST for a START of a thread this node runs already (an
+ * executor's retry after an answer that was lost): nothing is started. */
+int remote_thread_spawn(int fd, const struct bks_start *st);
 
 #pragma GCC visibility pop
 

@@ -302,7 +302,6 @@ static void replica_start(const char *s, char *buf) {
   struct bks_auth_hello ah;
   int e = auth_hello(fd, BKS_ROLE_CONTROL, 0, &ah);
   if (e) die("the home host failed the handshake (%s)", (long)auth_error(e), 0, 0, 0);
-  g.hosts[0].fd = fd;
   /* our listener for thread connections, on the address home reached us
    * at, nowhere else */
   struct sockaddr_in a;
@@ -321,6 +320,9 @@ static void replica_start(const char *s, char *buf) {
    * shown it holds the run key */
   e = auth_check(fd, &ah);
   if (e) die("the home host failed the handshake (%s)", (long)auth_error(e), 0, 0, 0);
+  /* only now is it home's: die() reports there from here on, never to a
+   * peer that has not proven itself */
+  g.hosts[0].fd = fd;
   uffd_open(0);
   /* off the program's stack (it is about to be emptied), never to return */
   char *stack = priv_alloc(1 << 20);
