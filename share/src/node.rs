@@ -155,6 +155,9 @@ fn serve(mut s: TcpStream, peer: SocketAddr, key: &Key, fresh: &auth::Fresh, pen
         }
     };
     drop(pending);
+    if let Some(why) = hs.challenged {
+        log(&peer, &format!("challenged, and answered: {why}"));
+    }
     let mut c = Lines::new(s);
     c.secure(hs.lines);
     let Some(_run) = Slot::take(runs, MAX_RUNS) else {

@@ -182,11 +182,9 @@ fn start_node(
     // trip is spent before it.
     let first = serde_json::to_string(&Request::Spawn(req)).map_err(|e| e.to_string())?;
     let session = auth::client(&mut s, key, auth::ROLE_DAEMON, first.as_bytes()).map_err(|e| match e {
-        auth::AuthError::WrongKey => {
-            "does not hold our key (copy ~/.config/bunkai/share.key to that host, or give --key)".to_string()
-        }
+        auth::AuthError::WrongKey => "does not hold our key, or is not our node (make sure it is, then copy ~/.config/bunkai/share.key to it, or give --key)".to_string(),
         auth::AuthError::Closed | auth::AuthError::Protocol => {
-            "closed the connection during the handshake (it holds another key, or runs another version of bunkai)".to_string()
+            "closed the connection during the handshake (it runs another version of bunkai: run the same one on every host)".to_string()
         }
         e => format!("handshake failed: {e} (check that `bunkai share node` runs there)"),
     })?;

@@ -1039,7 +1039,7 @@ fn a_node_runs_nothing_for_a_peer_without_the_key() {
     let _ = s.read_to_end(&mut all);
     assert!(all.len() >= 4, "no answer to a replayed flight");
     assert_eq!(u32::from_le_bytes(all[..4].try_into().unwrap()), bunkai_share::auth::CHALLENGE, "a replayed flight was not challenged");
-    node.wait_for("refused: wrong key", 1);
+    node.wait_for("refused: a challenge not answered (its nonce was seen before", 1);
     assert_eq!(node.log().matches(" started: ").count(), started, "a replayed handshake started a replica: {}", node.log());
     // nothing ran for any of them; the owner is still served
     assert!(!flag1.exists() && !flag2.exists() && !flag3.exists());
