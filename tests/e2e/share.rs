@@ -166,6 +166,35 @@ fn one_line(err: &str) {
     assert!(err.starts_with("bunkai share: "), "{err}");
 }
 
+/// `share key --json`: where the key went, whether it replaced one; a key
+/// that exists is not replaced without --force, and says so as JSON.
+#[test]
+fn key_says_where_it_went_in_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = dir.path().join("cfg/share.key");
+    let run = |extra: &[&str]| {
+        let mut c = Command::new(bunkai());
+        c.args(["share", "key", "--json", "--key"]).arg(&k).args(extra);
+        let out = c.output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {:?} {:?}", text(&out.stdout), text(&out.stderr)));
+        (out.status.code(), v)
+    };
+    let (code, v) = run(&[]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v, serde_json::json!({"key": k, "replaced": false}));
+    let first = std::fs::read_to_string(&k).unwrap();
+    let (code, v) = run(&[]);
+    assert_eq!(code, Some(1), "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(e.starts_with("bunkai share: a key exists already") && !e.contains('\n'), "{e}");
+    assert_eq!(std::fs::read_to_string(&k).unwrap(), first, "a key was replaced without --force");
+    let (code, v) = run(&["--force"]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["replaced"], true);
+    assert_ne!(std::fs::read_to_string(&k).unwrap(), first);
+}
+
 #[test]
 fn cli_errors_are_one_line() {
     setup();

@@ -16,7 +16,8 @@ use std::process::ExitCode;
   scp -p ~/.config/bunkai/share.key node1:.config/bunkai/share.key\n\n\
 Examples:\n  \
   bunkai share key\n  \
-  bunkai share key --key /etc/bunkai/share.key --force")]
+  bunkai share key --key /etc/bunkai/share.key --force\n  \
+  bunkai share key --json        # {\"key\": PATH, \"replaced\": false}")]
 pub struct KeyArgs {
     /// Where to write it (default: $BUNKAI_SHARE_KEY, else ~/.config/bunkai/share.key)
     #[arg(long, value_name = "FILE")]
@@ -24,14 +25,22 @@ pub struct KeyArgs {
     /// Replace an existing key (every host must then get the new one)
     #[arg(long)]
     pub force: bool,
+    /// Say where the key went as one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: KeyArgs) -> Result<ExitCode> {
     let p = key::path(a.key.as_deref())?;
+    let replaced = a.force && p.exists();
     key::create(&p, a.force)?;
-    println!(
-        "bunkai share: wrote a new key to {} (copy it to the same path on every host, mode 600)",
-        p.display()
-    );
+    if a.json {
+        println!("{}", serde_json::json!({ "key": p, "replaced": replaced }));
+    } else {
+        println!(
+            "bunkai share: wrote a new key to {} (copy it to the same path on every host, mode 600)",
+            p.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
