@@ -348,6 +348,20 @@ fn apache_request_from_accept_to_close() {
     let png = root.join("pages.png");
     bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap()]);
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"));
+    // What the picture shows, as JSON: two panels, Apache's pages in each,
+    // the components adding up to the panel.
+    let out = bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap(), "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["output"], png.to_str().unwrap());
+    let panels = v["panels"].as_array().unwrap();
+    assert_eq!(panels.len(), 2, "{v}");
+    for p in panels {
+        let comps = p["components"].as_array().unwrap();
+        let sum: u64 = comps.iter().map(|c| c["pages"].as_u64().unwrap()).sum();
+        assert_eq!(sum, p["pages"].as_u64().unwrap(), "{p}");
+        assert!(comps.iter().any(|c| c["name"] == "apache2" && c["pages"].as_u64().unwrap() > 0), "{p}");
+    }
+    assert_eq!(v["instructions"], rep["total_instructions"], "{v}");
     // Function transitions, exported for Perfetto: Apache's request handler
     // is among the frames.
     let chrome = root.join("calls.json");

@@ -26,6 +26,11 @@ pub struct PagesArgs {
     /// Picture height in pixels
     #[arg(long, default_value_t = 800, value_name = "H")]
     pub height: u32,
+    /// Also print what the picture shows as one JSON object on stdout:
+    /// per panel (code, data) its pages, per component its pages, the
+    /// most references in one cell
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: PagesArgs) -> Result<ExitCode> {
@@ -33,6 +38,30 @@ pub fn run(a: PagesArgs) -> Result<ExitCode> {
     let trace = Trace::load(&a.file)?;
     let pic = Picture::build(&trace, a.width, a.height)?;
     pic.write(&a.output, format)?;
+    if a.json {
+        let panels: Vec<serde_json::Value> = pic
+            .panels
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "title": p.title,
+                    "pages": p.pages,
+                    "max_references_per_cell": p.max,
+                    "components": p.bands.iter().map(|b| serde_json::json!({"name": b.name, "pages": b.pages})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "output": a.output,
+                "width": a.width,
+                "height": a.height,
+                "instructions": pic.total_instructions,
+                "panels": panels,
+            })
+        );
+    }
     eprintln!(
         "bunkai trace pages: wrote {} ({}x{}, {} code and {} data pages)",
         a.output.display(),
