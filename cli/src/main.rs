@@ -261,6 +261,8 @@ fn runs_a_program(cmd: &Cmd) -> bool {
     match cmd {
         Cmd::Trace(a) => a.runs_a_program(),
         Cmd::Share(a) => a.runs_a_program(),
+        Cmd::Scatter(a) => a.runs_a_program(),
+        Cmd::Profile(_) => true,
         _ => false,
     }
 }
@@ -273,8 +275,8 @@ fn main() -> ExitCode {
     };
     let name = cli.cmd.name();
     let _ = RUNNING.set(name);
-    // trace record and share run hand the program stdout (their --json
-    // summary goes to stderr): an error object goes there too
+    // trace record, share run and scatter profile hand the program stdout
+    // (their --json summary goes to stderr): an error object goes there too
     let json_to_stderr = runs_a_program(&cli.cmd);
     if !handles_interrupts(&cli.cmd) {
         bunkai_common::files::install_interrupt_cleanup(name);

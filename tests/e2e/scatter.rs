@@ -128,6 +128,19 @@ fn stats_reports_sizes_from_the_files() {
     assert_eq!(v["original_bytes"].as_u64().unwrap(), orig);
     let text = bunkai_ok(&["scatter", "stats", out.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("of the original"));
+    // profile --json: the program keeps stdout (the original's output),
+    // the summary is one object on stderr and agrees with the profile.
+    let native = std::process::Command::new(out.join("original/features")).output().unwrap();
+    let p = bunkai_ok(&["scatter", "profile", out.to_str().unwrap(), "--json"]);
+    assert_eq!(p.stdout, native.stdout, "the program's output under profile");
+    let err = String::from_utf8_lossy(&p.stderr);
+    let v: serde_json::Value = serde_json::from_str(err.lines().last().unwrap()).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(v["runs"], 1, "{v}");
+    assert_eq!(v["exit_code"], native.status.code().unwrap(), "{v}");
+    let prof = std::fs::read_to_string(out.join("profile")).unwrap();
+    let listed = prof.lines().filter(|l| l.split('\t').count() == 3).count();
+    assert_eq!(v["functions"].as_u64().unwrap() as usize, listed, "{v}\n{prof}");
+    assert!(listed > 1, "{prof}");
 }
 
 #[test]

@@ -72,6 +72,12 @@ impl ScatterArgs {
         self.cmd.as_ref()
     }
 
+    /// Whether the verb runs the user's program (profile: the program has
+    /// stdout, so --json and a JSON error go to stderr).
+    pub fn runs_a_program(&self) -> bool {
+        matches!(self.cmd, Some(ScatterCmd::Profile(_)))
+    }
+
     /// The verb given, or build when there was none.
     pub fn verb(self) -> ScatterCmd {
         match (self.cmd, self.build) {
