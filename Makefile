@@ -16,7 +16,7 @@ JOBS    ?= $(shell nproc)
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all native cli deps demo test unit e2e bench stress-share clean fetch-sqlite fetch-memcached fetch-apache install uninstall deb
+.PHONY: guest all native cli deps demo test unit e2e bench stress-share clean fetch-sqlite fetch-memcached fetch-apache install uninstall deb
 
 all: native cli
 
@@ -76,6 +76,11 @@ bench: all fetch-sqlite fetch-memcached fetch-apache
 # (about 50 minutes; results in bench/results/share-stress.md).
 stress-share: all
 	@bash bench/share/stress.sh
+
+# trace's full-system guest (Debian's kernel, an initramfs with Apache):
+# build/guest/{vmlinuz,System.map,initrd.gz}; see docs/trace.md.
+guest:
+	@bash trace/guest/build.sh $(BUILD)/guest
 
 install: all
 	@bash scripts/install.sh "$(PREFIX)" "$(DESTDIR)"

@@ -16,6 +16,7 @@ PKGS=(
   sshfs openssh-server openssh-client                # Table 8 mode (b): the original over SSHFS
   valgrind gcc libc6-dev                             # trace: the Valgrind tool API; the tool is built with gcc, as Valgrind is
   apache2-bin                                        # trace case study: Apache httpd (run by hand, -X, loopback only)
+  qemu-system-x86 linux-image-amd64 busybox-static cpio # trace's full-system guest: QEMU's TCG, Debian's kernel, the initramfs of trace/guest
   iproute2 iputils-ping                              # network namespaces for share/scatter tests and benches
   pigz lbzip2 xz-utils zstd strace                   # share: real multithreaded programs from Debian (pigz -p 3, lbzip2 -n 3, xz -T3)
   libsqlite3-0 libssl3 liblzma5                      # share: libraries its tests dlopen from threads on other hosts
