@@ -28,27 +28,10 @@ BUNKAI = os.path.join(ROOT, "build", "bin", "bunkai")
 APACHE = "/usr/sbin/apache2"
 MODULES = "/usr/lib/apache2/modules"
 
-# Fig. 2 and Fig. 3 of the paper, verbatim.
-HTML = """<HTML>
-<HEAD>
-  <META HTTP-EQUIV="Content-Type"
-    CONTENT="text/html;
-    charset=Shift_JIS">
-</HEAD>
-<BODY>
-<CENTER>AA</CENTER>
-</BODY>
-</HTML>
-"""
-CGI_C = r"""#include <stdio.h>
-
-int main(int argc, char **argv)
-{
-    puts("Content-type: text/html\n\n"
-        "Hello World.");
-    return(0);
-}
-"""
+# Fig. 2 and Fig. 3 of the paper, verbatim: the same files the
+# full-system guest serves (trace/guest).
+HTML = open(os.path.join(ROOT, "trace", "guest", "index.html")).read()
+CGI_C = open(os.path.join(ROOT, "trace", "guest", "hello.c")).read()
 
 # The paper's figures (Pentium 100 MHz, Linux 2.0.34, apache 1.3.12).
 PAPER = {

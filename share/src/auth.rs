@@ -551,7 +551,11 @@ mod tests {
     }
 
     fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        on(&TcpListener::bind("127.0.0.1:0").unwrap())
+    }
+
+    /// A new connection to `l`: the client's end and the server's.
+    fn on(l: &TcpListener) -> (TcpStream, TcpStream) {
         let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         (c, l.accept().unwrap().0)
     }
@@ -730,8 +734,7 @@ mod tests {
         let fresh = up();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
-        let mut c = TcpStream::connect(addr).unwrap();
-        let (mut s, _) = l.accept().unwrap();
+        let (mut c, mut s) = on(&l);
         let nc = [6u8; 32];
         let f = flight(&k, ROLE_DAEMON, b"once", &nc, now_ns(), &c.local_addr().unwrap(), &addr).unwrap();
         c.write_all(&f).unwrap();
@@ -739,8 +742,7 @@ mod tests {
         assert_eq!(got.challenged, None);
         assert_eq!(got.first, b"once");
         for _ in 0..2 {
-            let mut c = TcpStream::connect(addr).unwrap();
-            let (mut s, _) = l.accept().unwrap();
+            let (mut c, mut s) = on(&l);
             let fr = fresh.clone();
             let t = std::thread::spawn(move || server(&mut s, &k, ROLE_DAEMON, &fr));
             c.write_all(&f).unwrap();
@@ -760,8 +762,7 @@ mod tests {
         let fresh = up();
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
-        let mut c = TcpStream::connect(addr).unwrap();
-        let (mut s, _) = l.accept().unwrap();
+        let (mut c, mut s) = on(&l);
         let other: SocketAddr = format!("127.0.0.1:{}", addr.port() ^ 1).parse().unwrap();
         let f = flight(&k, ROLE_DAEMON, b"x", &[7; 32], now_ns(), &c.local_addr().unwrap(), &other).unwrap();
         c.write_all(&f).unwrap();
