@@ -35,8 +35,9 @@ LIB=$(realpath -m "$(dirname "$BUNKAI")/../lib/bunkai")
 STEPS=(scatter trace share flow mod)
 declare -A LIMIT=([scatter]=180 [trace]=90 [share]=90 [flow]=90 [mod]=60)
 
+# usage WHAT [FIX]: one line, exit 2 (the fix defaults to the usage)
 usage() {
-  echo "bunkai demo: $1 (usage: scripts/demo.sh [--only STEP,...] [DIR]; steps: ${STEPS[*]})" >&2
+  echo "bunkai demo: $1 (${2:-usage: scripts/demo.sh [--only STEP,...] [DIR]; steps: ${STEPS[*]}})" >&2
   exit 2
 }
 
@@ -333,10 +334,10 @@ if [ -z "$DIR" ]; then
 else
   DIR=$(realpath -m "$DIR")
   case "$DIR/" in
-    "$(realpath "$ROOT")/"*) usage "$DIR is inside the repository (give a directory outside it)" ;;
+    "$(realpath "$ROOT")/"*) usage "$DIR is inside the repository" "give a directory outside it" ;;
   esac
-  mkdir -p "$DIR" 2>/dev/null || usage "cannot create $DIR"
-  [ -z "$(ls -A "$DIR")" ] || usage "$DIR is not empty (give a new or empty directory)"
+  mkdir -p "$DIR" 2>/dev/null || usage "cannot create $DIR" "give a directory you can write"
+  [ -z "$(ls -A "$DIR")" ] || usage "$DIR is not empty" "give a new or empty directory"
 fi
 
 CUR=
