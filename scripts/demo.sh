@@ -27,6 +27,7 @@
 # Needs root (network namespaces) and the build (`make`); $BUNKAI names
 # another build's CLI.
 set -uo pipefail
+export LC_ALL=C # $EPOCHREALTIME with a dot, tools' messages as the checks expect
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 BUNKAI=${BUNKAI:-$ROOT/build/bin/bunkai}
@@ -148,9 +149,6 @@ stop_all() {
   rm -f "$W/.stderr"
 }
 
-# A figure with thousands separators.
-commas() { printf "%'d" "$1" 2>/dev/null || echo "$1"; }
-
 step_scatter() {
   run 30 python3 "$ROOT/tests/programs/demo/gen-demo1.py" demo1.c 1024
   run 60 clang-14 -O2 -o demo1-native demo1.c
@@ -249,7 +247,7 @@ step_flow() {
   mkdir -p "$BUNKAI_FLOW_DIR"
   run 90 "$BUNKAI" flow cc -O2 -o server "$ROOT/examples/server.c"
   rm -f port
-  bg env BUNKAI_HOST=1 LD_PRELOAD="$LIB/libbunkai-host.so $LIB/libbunkai-flow.so" ./server port >server.log 2>&1
+  bg env BUNKAI_HOST=1 BUNKAI_FLOW_IDS="$W/flow.ids" LD_PRELOAD="$LIB/libbunkai-host.so $LIB/libbunkai-flow.so" ./server port >server.log 2>&1
   local server=$!
   poll 30 "the server to write its port" test -s port
   run 60 "$BUNKAI" flow weave --pid "$server" "$ROOT/examples/request.xml"
