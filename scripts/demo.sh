@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo `make demo` runs after the build: each of bunkai's five
-# subsystems doing its job on a small bundled program, in a few minutes.
+# subsystems doing its job on a small bundled program, in under a minute.
 #
 #   scripts/demo.sh [--only STEP,...] [DIR]
 #
