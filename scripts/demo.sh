@@ -114,13 +114,17 @@ bg() {
 }
 
 # poll LIMIT WHAT CMD...: until CMD succeeds; after LIMIT seconds the step
-# fails saying WHAT did not happen.
+# fails saying WHAT did not happen, and at once if process $WATCH (the one
+# that should make it happen) has ended.
 poll() {
   local limit=$1 what=$2 t0=$EPOCHREALTIME
   shift 2
   until "$@" 2>/dev/null; do
     if [ $(( (${EPOCHREALTIME/./} - ${t0/./}) / 1000000 )) -ge "$limit" ]; then
       fail "$what: not within $limit s"
+    fi
+    if [ -n "${WATCH:-}" ] && ! alive "$WATCH"; then
+      fail "$what: it exited first"
     fi
     sleep 0.05
   done
@@ -146,6 +150,7 @@ stop() { # PID: SIGTERM, then SIGKILL after 5 s
 stop_all() {
   local p
   for p in "${BG[@]}"; do stop "$p"; done
+  [ -z "${HOSTS_UP:-}" ] || timeout 30 "$BUNKAI" share hosts down --owner "$OWNER"
   rm -f "$W/.stderr"
 }
 
@@ -160,7 +165,7 @@ step_scatter() {
   ERR=group.txt run 60 "$BUNKAI" scatter group out --threshold 16KiB
   bg "$BUNKAI" scatter serve out --listen 127.0.0.1:0 >url
   local server=$!
-  poll 30 "bunkai scatter serve to print its URL" test -s url
+  WATCH=$server poll 30 "bunkai scatter serve to print its URL" test -s url
   local url
   url=$(head -n 1 url)
   ERR=run.txt run 60 "$BUNKAI" scatter run "$url" --cache cache -v >scattered.out
@@ -179,7 +184,7 @@ step_trace() {
   rm -f port
   bg "$BUNKAI" trace record -o request.bkt --start-syscall accept --stop-at-close -- ./server port 1 2>record.txt
   local rec=$!
-  poll 60 "the traced server to write its port" test -s port
+  WATCH=$rec poll 60 "the traced server to write its port" test -s port
   run 20 curl -sS --max-time 15 "http://127.0.0.1:$(cat port)/hello" >reply.txt
   grep -q "hello from /hello" reply.txt || fail "the traced server answered $(head -c 80 reply.txt)"
   wait_pid "$rec" 60 "bunkai trace record"
@@ -205,6 +210,7 @@ step_share() {
   [ "$(id -u)" = 0 ] || fail "the hosts are network namespaces, which need root (run make demo as root)"
   export BUNKAI_SHARE_KEY=$W/share.key
   run 10 "$BUNKAI" share key --key "$W/share.key"
+  HOSTS_UP=1
   run 30 "$BUNKAI" share hosts up 2 --owner "$OWNER" --json >hosts.json
   local home n1 a1 n2 a2
   read -r home n1 a1 n2 a2 < <(python3 -c '
@@ -212,10 +218,13 @@ import json, sys
 h = json.load(open(sys.argv[1]))
 print(h["home"], *[x for n in h["nodes"] for x in (n["netns"], n["addr"])])' hosts.json) ||
     fail "hosts.json: cannot read it"
+  local node1 node2
   bg ip netns exec "$n1" "$BUNKAI" share node --key "$W/share.key" --listen "$a1:7000" >node1.txt 2>node1.log
+  node1=$!
   bg ip netns exec "$n2" "$BUNKAI" share node --key "$W/share.key" --listen "$a2:7000" >node2.txt 2>node2.log
-  poll 30 "node 1 to listen" grep -q "^listening on" node1.txt
-  poll 30 "node 2 to listen" grep -q "^listening on" node2.txt
+  node2=$!
+  WATCH=$node1 poll 30 "node 1 to listen" grep -q "^listening on" node1.txt
+  WATCH=$node2 poll 30 "node 2 to listen" grep -q "^listening on" node2.txt
   seq 1000000 >numbers
   ERR=run.txt run 120 ip netns exec "$home" "$BUNKAI" share run --key "$W/share.key" \
     --nodes "$a1:7000,$a2:7000" -v --json -- pigz -p 3 -c numbers >numbers.gz
@@ -234,7 +243,6 @@ print("threads: " + ", ".join(f"{h['name']} {h['threads']}" for h in hosts)
       + f"; {moved:,} pages moved; {v['wall_s']:.2f} s")
 EOF
   ) || fail "run.txt: $(tail -n 1 run.txt | head -c 200)"
-  run 30 "$BUNKAI" share hosts down --owner "$OWNER"
   done_ "pigz -p 3 compressed 1,000,000 lines across three hosts (network namespaces: home + 2 nodes) with the demo's own key; $what; the output decompresses to the input ($W/numbers.gz, run.txt)"
 }
 
@@ -249,7 +257,7 @@ step_flow() {
   rm -f port
   bg env BUNKAI_HOST=1 BUNKAI_FLOW_IDS="$W/flow.ids" LD_PRELOAD="$LIB/libbunkai-host.so $LIB/libbunkai-flow.so" ./server port >server.log 2>&1
   local server=$!
-  poll 30 "the server to write its port" test -s port
+  WATCH=$server poll 30 "the server to write its port" test -s port
   run 60 "$BUNKAI" flow weave --pid "$server" "$ROOT/examples/request.xml"
   run 20 curl -sS --max-time 15 "http://127.0.0.1:$(cat port)/hello" >reply.txt
   grep -q "hello from /hello" reply.txt || fail "the woven server answered $(head -c 80 reply.txt)"
@@ -269,7 +277,7 @@ step_mod() {
   rm -f host.sock
   bg "$S/sched-host" --socket host.sock >rounds.log
   local host=$!
-  poll 30 "sched-host to open its socket" test -S host.sock
+  WATCH=$host poll 30 "sched-host to open its socket" test -S host.sock
   ERR=mod.txt run 30 "$BUNKAI" mod load "$S/rr.o"
   poll 30 "a round scheduled by rr" grep -q "policy rr " rounds.log
   ERR=swap.txt run 30 "$BUNKAI" mod swap -L "$S" rr "$S/edf.o"
