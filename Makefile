@@ -69,7 +69,7 @@ test: all fetch-sqlite fetch-memcached
 bench: bench-scatter bench-mod bench-trace bench-share bench-flow
 
 bench-scatter: all fetch-sqlite
-	@echo "make bench-scatter: over 2 hours: Tables 3-7 with Vim (bench/scatter/run.sh; not timed in full, its --quick run took 43 minutes), every exit over HTTP (9 minutes, bench/results/scatter-exits.md), Table 8 over a narrow network (about 50 minutes, docs/scatter.md)"
+	@echo "make bench-scatter: over 100 minutes: Tables 3-7 with Vim (bench/scatter/run.sh; not timed in full, its --quick run took 43 minutes), every exit over HTTP (9 minutes, bench/results/scatter-exits.md), Table 8 over a narrow network (about 50 minutes, docs/scatter.md)"
 	@bash bench/scatter/run.sh
 	@python3 bench/scatter/exits.py
 	@bash bench/scatter/net.sh
