@@ -90,7 +90,7 @@ bench-share: all
 	@bash bench/share/stress.sh
 
 bench-flow: all fetch-memcached fetch-apache
-	@echo "make bench-flow: Table 1 takes about a minute (bench/flow/run.sh); with building memcached and Apache, weaving speed, memcached, Apache and the split driver, not timed yet"
+	@echo "make bench-flow: over 20 minutes: Table 1 and weaving speed (43 s), the split driver (12 s) and its Table 3 (18 minutes), timed on 2 shared cores at load average 9-19; memcached and Apache, and building them, not timed yet"
 	@bash bench/flow/run.sh
 
 # bunkai share under repetition: hundreds of runs, every one checked
