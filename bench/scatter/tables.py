@@ -13,7 +13,7 @@ SQLite3-query (1,000 inserts then searches), demo1, demo2, Vim-init.
 
 Run times are medians of several runs, original and scattered interleaved so
 machine noise hits both alike. --quick uses fewer repetitions and a shorter
-demo2 (for `make demo`)."""
+demo2 (`bash bench/scatter/run.sh --quick`)."""
 import argparse
 import json
 import os
