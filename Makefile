@@ -19,7 +19,7 @@ JOBS    ?= $(shell nproc)
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: guest all native cli deps demo test unit e2e bench bench-scatter bench-trace bench-share bench-flow bench-mod stress-share clean fetch-sqlite fetch-memcached fetch-apache install uninstall deb
+.PHONY: guest all native cli deps demo test unit e2e bench bench-scatter bench-trace bench-share bench-flow bench-mod bench-cli stress-share clean fetch-sqlite fetch-memcached fetch-apache install uninstall deb
 
 all: native cli
 
@@ -66,7 +66,7 @@ test: all fetch-sqlite fetch-memcached
 
 # The papers' evaluations. Each target says first how long it takes, from
 # the durations recorded in bench/results/ and the scripts' own notes.
-bench: bench-scatter bench-mod bench-trace bench-share bench-flow
+bench: bench-scatter bench-mod bench-trace bench-share bench-flow bench-cli
 
 bench-scatter: all fetch-sqlite
 	@echo "make bench-scatter: over 100 minutes: Tables 3-7 with Vim (bench/scatter/run.sh; not timed in full, its --quick run took 43 minutes), every exit over HTTP (9 minutes, bench/results/scatter-exits.md), Table 8 over a narrow network (about 50 minutes, docs/scatter.md)"
@@ -92,6 +92,10 @@ bench-share: all
 bench-flow: all fetch-memcached fetch-apache
 	@echo "make bench-flow: over 20 minutes: Table 1 and weaving speed (43 s), the split driver (12 s) and its Table 3 (18 minutes), timed on 2 shared cores at load average 9-19; memcached and Apache, and building them, not timed yet"
 	@bash bench/flow/run.sh
+
+bench-cli: all
+	@echo "make bench-cli: about 10 seconds: the CLI's start-up beside /bin/true (bench/cli/startup.py)"
+	@python3 bench/cli/startup.py
 
 # bunkai share under repetition: hundreds of runs, every one checked
 # (about 50 minutes; results in bench/results/share-stress.md).
