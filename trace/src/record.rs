@@ -390,7 +390,8 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
 
     // The first SIGINT/SIGTERM goes to the traced command, and the trace of
     // what ran until then is still written. A second one gives up: the
-    // unfinished trace and the socket directory are removed.
+    // command is killed, the unfinished trace and the socket directory are
+    // removed.
     let interrupted = Arc::new(AtomicU32::new(0));
     {
         let count = interrupted.clone();
@@ -399,6 +400,7 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
                 unsafe { libc_kill(child_pid, 15) };
                 return;
             }
+            unsafe { libc_kill(child_pid, 9) };
             for p in &unfinished {
                 let _ = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
             }
