@@ -621,8 +621,16 @@ fn a_killed_recorder_leaves_nothing_behind() {
     unsafe { kill(rpid as i32, 15) };
     std::thread::sleep(Duration::from_millis(500));
     unsafe { kill(rpid as i32, 15) };
-    let (out, _) = bunkai_e2e::finish(rec, Duration::from_secs(60));
+    // The traced sleep holds the recorder's stderr open: it is ended once
+    // the recorder has exited, before that stderr is read to its end.
+    let mut rec = rec;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rec.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the recorder did not exit within 60 s of the second SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     unsafe { kill(sleep as i32, 9) };
+    let (out, _) = bunkai_e2e::finish(rec, Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("bunkai trace: interrupted twice; the trace was not written"), "{err}");
