@@ -371,6 +371,301 @@ fn apache_request_from_accept_to_close() {
     assert!(names.iter().any(|n| n.starts_with("ap_process_") || n.starts_with("ap_run_")), "{:?}", &names[..names.len().min(20)]);
 }
 
+/// The children of `pid` (from /proc/*/stat).
+fn children(pid: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        // "pid (comm) state ppid ...": comm may hold spaces, so from the last ')'
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        if rest.split(' ').nth(1).and_then(|x| x.parse::<u32>().ok()) == Some(pid) {
+            v.push(p);
+        }
+    }
+    v
+}
+
+/// Waits (at most 120 s) until a descendant of `root` runs `exe` under the
+/// tool (its command line names it) and, if `syscalls` is not empty, is
+/// inside one of those syscalls; returns its pid.
+fn traced_descendant(root: u32, exe: &str, syscalls: &[&str]) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut todo = vec![root];
+        while let Some(p) = todo.pop() {
+            let kids = children(p);
+            todo.extend(&kids);
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            if cmd.split(|&b| b == 0).any(|a| a == exe.as_bytes()) {
+                let sys = std::fs::read_to_string(format!("/proc/{p}/syscall")).unwrap_or_default();
+                if syscalls.is_empty() || syscalls.contains(&sys.split(' ').next().unwrap_or("")) {
+                    return p;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "{exe} did not start under the tool (or reach {syscalls:?}) within 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `bunkai trace record -o TRACE --json -- CMD` in the clean
+/// environment, its output captured.
+fn start_record(trace: &Path, cmd: &[&str]) -> std::process::Child {
+    let mut c = Command::new(bunkai());
+    clean(&mut c)
+        .args(["trace", "record", "-o"])
+        .arg(trace)
+        .arg("--json")
+        .arg("--")
+        .args(cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The JSON summary line of a finished recorder's stderr.
+fn summary(out: &std::process::Output) -> Value {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().filter(|l| l.starts_with('{')).last().unwrap_or_else(|| panic!("no JSON summary: {err}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// A SIGKILLed `sleep`, the child of a real shell: its stream is cut but
+/// keeps its start-up (it was sent before sleep blocked), the shell goes
+/// on, and the summary counts every stream.
+#[test]
+fn a_sigkilled_child_keeps_what_it_ran() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("k.bkt");
+    let rec = start_record(&t, &["sh", "-c", "sleep 100; echo after"]);
+    // inside clock_nanosleep (230) or nanosleep (35)
+    let sleep = traced_descendant(rec.id(), "/usr/bin/sleep", &["230", "35"]);
+    unsafe { kill(sleep as i32, 9) };
+    let (out, _) = bunkai_e2e::finish(rec, DEADLINE);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
+    let sum = summary(&out);
+    let rep = report(&t);
+    let streams = rep["streams"].as_array().unwrap();
+    let sl = streams.iter().find(|s| s["executable"] == "/usr/bin/sleep").expect("a sleep stream");
+    assert_eq!(sl["ended"], "cut", "{sl}");
+    // The dynamic linker and sleep's start-up, about 300,000 instructions.
+    assert!(sl["instructions"].as_u64().unwrap() > 100_000, "{sl}");
+    assert_eq!(streams[0]["ended"], "exit");
+    assert_eq!(streams[0]["exit_status"], 0);
+    let total: u64 = streams.iter().map(|s| s["instructions"].as_u64().unwrap()).sum();
+    assert_eq!(sum["instructions"].as_u64().unwrap(), total, "the summary counts every stream: {sum}");
+    assert_eq!(sum["cut_streams"], 1, "{sum}");
+    let text = String::from_utf8(bunkai_ok(&["trace", "dump", t.to_str().unwrap()]).stdout).unwrap();
+    assert!(text.lines().any(|l| l.starts_with("# stream ") && l.contains(" CUT: killed")), "{}", &text[text.len().saturating_sub(600)..]);
+}
+
+/// A child killed while it computes (and so, often, while it is sending a
+/// message): never an error of the recorder, whatever the moment.
+#[test]
+fn killing_a_busy_child_never_loses_the_recording() {
+    let d = tempfile::tempdir().unwrap();
+    for (i, ms) in [300u64, 900, 1700].into_iter().enumerate() {
+        let t = d.path().join(format!("busy{i}.bkt"));
+        let rec = start_record(&t, &["sh", "-c", "md5sum /dev/zero; echo after"]);
+        let md5 = traced_descendant(rec.id(), "/usr/bin/md5sum", &[]);
+        std::thread::sleep(Duration::from_millis(ms));
+        unsafe { kill(md5 as i32, 9) };
+        let (out, _) = bunkai_e2e::finish(rec, DEADLINE);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "kill after {ms} ms: {err}");
+        let rep = report(&t);
+        let s = rep["streams"].as_array().unwrap().iter().find(|s| s["executable"] == "/usr/bin/md5sum").cloned().unwrap();
+        assert_eq!(s["ended"], "cut", "{s}");
+        assert!(s["instructions"].as_u64().unwrap() > 0, "{s}");
+    }
+}
+
+/// Exit statuses and fatal signals: a shell's exit 3, a shell that sends
+/// itself SIGABRT, and (a tiny C extra) a program that faults: the segment
+/// the fault struck is in the trace, up to the faulting instruction.
+#[test]
+fn exit_status_and_fatal_signals_are_recorded() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("e.bkt");
+    let mut c = Command::new(bunkai());
+    clean(&mut c).args(["trace", "record", "-o"]).arg(&t).args(["--", "sh", "-c", "exit 3"]);
+    let o = run_with_stdin(&mut c, None);
+    assert_eq!(o.status.code(), Some(3));
+    let s = &report(&t)["streams"][0];
+    assert_eq!((s["ended"].as_str(), s["exit_status"].as_u64()), (Some("exit"), Some(3)), "{s}");
+
+    let t = d.path().join("abrt.bkt");
+    let mut c = Command::new(bunkai());
+    clean(&mut c).args(["trace", "record", "-o"]).arg(&t).args(["--", "sh", "-c", "kill -ABRT $$"]);
+    let o = run_with_stdin(&mut c, None);
+    assert_eq!(o.status.code(), Some(128 + 6));
+    let s = &report(&t)["streams"][0];
+    assert_eq!((s["ended"].as_str(), s["signal"].as_str()), (Some("signal"), Some("SIGABRT")), "{s}");
+    let recs = dump_json(&t);
+    assert!(recs.iter().any(|r| r["event"] == "fatal" && r["signal"] == "SIGABRT"), "no fatal event");
+
+    let bin = cc("trace/crash.c", &d.path().join("crash"), &[]);
+    let t = d.path().join("segv.bkt");
+    let mut c = Command::new(bunkai());
+    clean(&mut c).args(["trace", "record", "-o"]).arg(&t).arg("--").arg(&bin);
+    let o = run_with_stdin(&mut c, None);
+    assert_eq!(o.status.code(), Some(128 + 11));
+    let rep = report(&t);
+    let s = &rep["streams"][0];
+    assert_eq!((s["ended"].as_str(), s["signal"].as_str()), (Some("signal"), Some("SIGSEGV")), "{s}");
+    let recs = dump_json(&t);
+    let fatal = recs.iter().find(|r| r["event"] == "fatal").expect("a fatal event");
+    let addr = fatal["addr"].as_u64().unwrap();
+    // The last execution is the cut segment, in crash(), ending at the
+    // instruction the signal struck.
+    let last = recs.iter().filter(|r| r["type"] == "exec").last().unwrap();
+    assert_eq!(last["end"], "fatal", "{last}");
+    let insns = last["insns"].as_array().unwrap();
+    assert_eq!(insns.last().unwrap()["addr"].as_u64().unwrap(), addr, "{last}");
+    assert!(calls_text(&t).contains("crash"), "crash() is in the calls");
+    // Everything executed is counted: the tool's count and the trace's agree.
+    assert!(rep["warnings"].as_array().unwrap().iter().all(|w| !w.as_str().unwrap().contains("the tool counted")), "{rep}");
+}
+
+/// Window traps: a syscall start alone catches the dynamic linker's
+/// openat; after a function (conditions in sequence) it is the program's;
+/// an unknown function is refused before anything runs.
+#[test]
+fn window_conditions_hold_in_sequence_and_unknown_functions_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let cmd = ["cat", "/etc/hostname"];
+    let first_openat = |t: &Path| -> (Value, Value) {
+        let recs = dump_json(t);
+        let sys: Vec<Value> = recs.into_iter().filter(|r| r["event"] == "syscall").collect();
+        assert_eq!(sys.first().unwrap()["name"], "openat", "{:?}", sys.first());
+        (sys.first().unwrap().clone(), sys.last().unwrap().clone())
+    };
+    // Alone, the first openat is ld.so's open of ld.so.cache (O_CLOEXEC set).
+    let t = d.path().join("alone.bkt");
+    record(&t, &["--start-syscall", "openat", "--stop-at-close"], &cmd);
+    let (first, _) = first_openat(&t);
+    assert_eq!(first["args"][2].as_u64().unwrap() & 0o2000000, 0o2000000, "{first}");
+    let names: Vec<String> =
+        report(&t)["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, ["ld-linux-x86-64.so.2", "kernel"], "only the dynamic linker ran in that window");
+    // setlocale is the first call of cat's main; the first openat after it
+    // is cat's own open of its file (O_RDONLY, no O_CLOEXEC).
+    let t = d.path().join("seq.bkt");
+    record(&t, &["--start-syscall", "openat", "--stop-at-close", "--start-func", "setlocale"], &cmd);
+    let (first, last) = first_openat(&t);
+    assert_eq!(first["args"][2].as_u64(), Some(0), "{first}");
+    assert_eq!(last["name"], "close");
+    assert_eq!(last["args"][0], first["result"]);
+    let recs = dump_json(&t);
+    let sys: Vec<&Value> = recs.iter().filter(|r| r["event"] == "syscall").collect();
+    assert!(sys.iter().any(|r| r["name"] == "read"), "cat read its file inside the window");
+
+    // Misspelt, and stripped: one line each, no file.
+    let out = d.path().join("x.bkt");
+    for (f, want) in [("mian", "no function 'mian'"), ("main", "is stripped")] {
+        let (_, err) = bunkai_fails(&["trace", "record", "-o", out.to_str().unwrap(), "--start-func", f, "--", "/bin/true"]);
+        assert!(err.starts_with("bunkai trace: --start-func: ") && err.contains(want), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(!out.exists());
+    }
+    let (_, err) = bunkai_fails(&["trace", "record", "-o", out.to_str().unwrap(), "--stop-func", "malloc@/no/such.so", "--", "/bin/true"]);
+    assert!(err.contains("no such file /no/such.so"), "{err}");
+}
+
+/// --buffer: when it fills, a buffer-full event closes the window and the
+/// summary says how much did not fit; recorded plus dropped is what a
+/// streamed run of the same command executes.
+#[test]
+fn a_full_buffer_says_what_it_dropped() {
+    let d = tempfile::tempdir().unwrap();
+    let cmd = ["seq", "100000"];
+    let all = record(&d.path().join("all.bkt"), &[], &cmd)["instructions"].as_u64().unwrap();
+    let t = d.path().join("buf.bkt");
+    let s = record(&t, &["--buffer", "1M"], &cmd);
+    let (kept, dropped) = (s["instructions"].as_u64().unwrap(), s["dropped_instructions"].as_u64().unwrap());
+    assert!(dropped > all / 2 && s["dropped_segments"].as_u64().unwrap() > 100_000, "{s}");
+    let diff = (kept + dropped).abs_diff(all);
+    assert!(diff * 1000 < all, "kept {kept} + dropped {dropped} vs a streamed run's {all}");
+    let recs = dump_json(&t);
+    let full = recs.iter().find(|r| r["event"] == "window" && r["reason"] == 5).expect("a buffer-full window event");
+    assert_eq!(full["open"], false);
+    assert_eq!(report(&t)["total_instructions"].as_u64().unwrap(), kept);
+}
+
+/// The recorder's temporary files: a second SIGTERM removes them (and ends
+/// the command); those of a SIGKILLed recorder go at the next start.
+#[test]
+fn a_killed_recorder_leaves_nothing_behind() {
+    let d = tempfile::tempdir().unwrap();
+    let tmp = d.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let leftovers = |pid: u32| -> Vec<String> {
+        let dot = format!(".bunkai-trace-{pid}-");
+        let dir = format!("bunkai-trace-{pid}-");
+        std::fs::read_dir(d.path())
+            .unwrap()
+            .chain(std::fs::read_dir(&tmp).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&dot) || n.starts_with(&dir))
+            .collect()
+    };
+    let start = |name: &str, cmd: &[&str]| {
+        let mut c = Command::new(bunkai());
+        clean(&mut c)
+            .env("TMPDIR", &tmp)
+            .args(["trace", "record", "-o"])
+            .arg(d.path().join(name))
+            .arg("--")
+            .args(cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // A command that ignores SIGTERM: the first one does not end it.
+    let rec = start("term.bkt", &["sh", "-c", "trap '' TERM; sleep 100"]);
+    let rpid = rec.id();
+    let sleep = traced_descendant(rpid, "/usr/bin/sleep", &["230", "35"]);
+    assert_eq!(leftovers(rpid).len(), 2, "a socket directory and the unfinished trace while it runs");
+    unsafe { kill(rpid as i32, 15) };
+    std::thread::sleep(Duration::from_millis(500));
+    unsafe { kill(rpid as i32, 15) };
+    // The traced sleep holds the recorder's stderr open: it is ended once
+    // the recorder has exited, before that stderr is read to its end.
+    let mut rec = rec;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rec.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the recorder did not exit within 60 s of the second SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { kill(sleep as i32, 9) };
+    let (out, _) = bunkai_e2e::finish(rec, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("bunkai trace: interrupted twice; the trace was not written"), "{err}");
+    assert!(leftovers(rpid).is_empty(), "{:?}", leftovers(rpid));
+    assert!(!d.path().join("term.bkt").exists());
+
+    // SIGKILL: nothing can be removed then, the next recorder does it.
+    let mut rec = start("kill.bkt", &["sleep", "100"]);
+    let rpid = rec.id();
+    let sleep = traced_descendant(rpid, "/usr/bin/sleep", &["230", "35"]);
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    unsafe { kill(sleep as i32, 9) };
+    assert_eq!(leftovers(rpid).len(), 2);
+    let (out, _) = bunkai_e2e::finish(start("true.bkt", &["/bin/true"]), DEADLINE);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("removed 2 temporary file(s) left by recorders that were killed"), "{err}");
+    assert!(leftovers(rpid).is_empty(), "{:?}", leftovers(rpid));
+}
+
 extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }

@@ -21,8 +21,18 @@
  *
  * A file without its end record is truncated; the reader names the offset
  * where the damage starts. Chunk kinds (BKT_CHUNK_*) are those of the socket
- * messages below; the recorder numbers streams (one per process image: a
- * fork or an exec starts a new stream) in connection order from 1.
+ * messages below, plus BKT_CHUNK_CUT, which only the recorder writes; the
+ * recorder numbers streams (one per process image: a fork or an exec starts
+ * a new stream) in connection order from 1.
+ *
+ * CUT (the recorder, at most one per stream, instead of a BYE): the stream
+ * ended without BYE: v reason (BKT_CUT_*), v bytes of a message the process
+ * did not finish sending (dropped), v signal that ended the process (0 when
+ * the recorder does not know it: it only waits for the command itself).
+ * A stream that exec'd also ends without BYE, and without CUT: its last
+ * message is an EVENTS message holding only its BKT_EV_EXEC event.
+ *
+ * Version 1 files (no CUT chunks, a BYE of four fields) are still read.
  *
  * Sample (`xxd`, a trace of /bin/true, cut):
  *   00000000: 424b 5452 4143 4500 0100 0000 5b00 0000  BKTRACE.....[...
@@ -46,7 +56,10 @@
  *         v window_open (1 if recording starts open, e.g. after an exec
  *         inside an open window), v flags (BKT_F_*)
  * BYE:    v instructions, v memory references, v dropped (buffer mode: how
- *         many segment executions did not fit), v exit status
+ *         many segment executions did not fit), v exit status (the argument
+ *         of exit_group, as the parent's wait() sees it in its low 8 bits),
+ *         v fatal signal (0: the process exited), v dropped instructions
+ *         (buffer mode: the instructions of the dropped executions)
  *
  * DEFS, each record starting with v tag:
  *   BKT_DEF_OBJECT  v id, s name (path of the mapped file, or "[anon]"),
@@ -85,7 +98,7 @@
 #ifndef BUNKAI_TRACE_H
 #define BUNKAI_TRACE_H
 
-#define BKT_VERSION 1
+#define BKT_VERSION 2
 
 #define BKT_FILE_MAGIC "BKTRACE\0"
 #define BKT_CHUNK_MAGIC "BKCH"
@@ -96,6 +109,12 @@
 #define BKT_CHUNK_DEFS 2
 #define BKT_CHUNK_EVENTS 3
 #define BKT_CHUNK_BYE 4
+#define BKT_CHUNK_CUT 5    /* written by the recorder only, see above */
+
+/* Why a stream was cut (CUT chunk). */
+#define BKT_CUT_PARTIAL 1  /* closed inside a message (the process was killed) */
+#define BKT_CUT_CLOSED 2   /* closed between messages without BYE (killed) */
+#define BKT_CUT_RUNNING 3  /* still running when the recording ended */
 
 /* HELLO flags. */
 #define BKT_F_MEM 1        /* memory references recorded */
@@ -120,6 +139,8 @@
 #define BKT_END_RET 2
 #define BKT_END_SYSCALL 3
 #define BKT_END_OTHER 4   /* signal return, client request, yield, ... */
+#define BKT_END_FATAL 5   /* cut by a fatal signal: its last instruction
+                             began and was struck (BKT_EV_FATAL follows) */
 
 /* Events (fields after the tag). Times are CLOCK_MONOTONIC nanoseconds. */
 #define BKT_EV_SYSCALL 1  /* v tid, v sysno, v nargs, v args..., z result,
@@ -139,6 +160,10 @@
 #define BKT_EV_THREAD_EXIT 13 /* v tid */
 #define BKT_EV_CTXSW 14   /* v voluntary, v involuntary: context switches of
                              this process so far (/proc/self/status) */
+#define BKT_EV_FATAL 15   /* v tid, v signo, v address of the instruction it
+                             struck (0 unknown): the process ends by this
+                             signal (a segment cut by it was recorded before,
+                             as far as it ran, as a segment of its own) */
 
 /* Why a window opened or closed. */
 #define BKT_WIN_START 0    /* recording starts open */

@@ -46,6 +46,7 @@ pub const END_CALL: u8 = 1;
 pub const END_RET: u8 = 2;
 pub const END_SYSCALL: u8 = 3;
 pub const END_OTHER: u8 = 4;
+pub const END_FATAL: u8 = 5;
 
 pub const EV_SYSCALL: u64 = 1;
 pub const EV_SIGNAL: u64 = 2;
@@ -61,6 +62,11 @@ pub const EV_TLS: u64 = 11;
 pub const EV_THREAD_NEW: u64 = 12;
 pub const EV_THREAD_EXIT: u64 = 13;
 pub const EV_CTXSW: u64 = 14;
+pub const EV_FATAL: u64 = 15;
+
+pub const CUT_PARTIAL: u64 = 1;
+pub const CUT_CLOSED: u64 = 2;
+pub const CUT_RUNNING: u64 = 3;
 
 pub const WIN_START: u64 = 0;
 pub const WIN_SYSCALL: u64 = 1;
@@ -94,6 +100,7 @@ pub fn end_name(end: u8) -> &'static str {
         END_CALL => "call",
         END_RET => "ret",
         END_SYSCALL => "syscall",
+        END_FATAL => "fatal",
         _ => "other",
     }
 }
@@ -116,6 +123,7 @@ fn chunk_kind_name(kind: u8) -> &'static str {
         format::CHUNK_HELLO => "HELLO",
         format::CHUNK_DEFS => "DEFS",
         format::CHUNK_EVENTS => "EVENTS",
+        format::CHUNK_CUT => "CUT",
         _ => "BYE",
     }
 }
@@ -149,8 +157,61 @@ pub struct Hello {
 pub struct Bye {
     pub instructions: u64,
     pub memory_references: u64,
+    /// Segment executions that did not fit the buffer (buffer mode).
     pub dropped: u64,
+    /// The process's exit status (0..255; 0 also when `signal` is set).
     pub exit_status: u64,
+    /// The signal that ended the process, 0 if it exited (version 2).
+    pub signal: u64,
+    /// Instructions of the dropped executions (version 2).
+    pub dropped_instructions: u64,
+}
+
+/// CUT: the recorder's note that a stream ended without BYE.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Cut {
+    /// CUT_PARTIAL, CUT_CLOSED or CUT_RUNNING.
+    pub reason: u64,
+    /// Bytes of an unfinished message that were dropped.
+    pub lost_bytes: u64,
+    /// The signal that ended the process, when the recorder knows it.
+    pub signal: u64,
+}
+
+impl Cut {
+    pub fn reason_text(&self) -> &'static str {
+        match self.reason {
+            CUT_PARTIAL => "killed while sending (the unfinished message is dropped)",
+            CUT_CLOSED => "killed (its stream closed without BYE)",
+            CUT_RUNNING => "still running when the recording ended",
+            _ => "cut",
+        }
+    }
+}
+
+/// How a stream ended, from its BYE, its CUT and whether it exec'd.
+pub fn ending(bye: Option<&Bye>, cut: Option<&Cut>, exec: bool) -> &'static str {
+    match (bye, cut, exec) {
+        (Some(b), _, _) if b.signal != 0 => "signal",
+        (Some(_), _, _) => "exit",
+        (None, _, true) => "exec",
+        (None, Some(_), false) => "cut",
+        (None, None, false) => "abnormal",
+    }
+}
+
+/// The name of a Linux x86-64 signal ("SIGSEGV"), or "signal N".
+pub fn signal_name(n: u64) -> String {
+    const NAMES: [&str; 32] = [
+        "", "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL", "SIGUSR1",
+        "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD", "SIGCONT", "SIGSTOP",
+        "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO",
+        "SIGPWR", "SIGSYS",
+    ];
+    match NAMES.get(n as usize) {
+        Some(s) if !s.is_empty() => s.to_string(),
+        _ => format!("signal {n}"),
+    }
 }
 
 /// A mapped file (or "[anon]", "[vdso]", ...).
@@ -248,6 +309,8 @@ pub struct Stream {
     pub hello: Hello,
     /// None: the process was killed, or it exec'd (see `ended_by_exec`).
     pub bye: Option<Bye>,
+    /// The recorder's note on a stream without BYE (version 2).
+    pub cut: Option<Cut>,
     pub objects: BTreeMap<u64, Object>,
     pub funcs: FxHashMap<u64, Func>,
     /// Segment definitions in definition order; `seg_pos` maps an id here.
@@ -397,6 +460,8 @@ pub enum Event {
     ThreadNew { parent: u64, child: u64 },
     ThreadExit { tid: u64 },
     CtxSw { voluntary: u64, involuntary: u64 },
+    /// The process ends by this signal; `addr` is the instruction it struck (0 unknown).
+    Fatal { tid: u64, signo: u64, addr: u64 },
 }
 
 /// One record handed to a visitor.
@@ -495,6 +560,7 @@ impl Trace {
                         id: c.stream,
                         hello,
                         bye: None,
+                        cut: None,
                         objects: BTreeMap::new(),
                         funcs: FxHashMap::default(),
                         segs: Vec::new(),
@@ -516,13 +582,20 @@ impl Trace {
                     parse_defs(st, &raw, c.offset).map_err(|(e, at)| dec_error(&file, c, e, at))?;
                 }
                 format::CHUNK_EVENTS => {
-                    if st.bye.is_some() {
+                    if st.bye.is_some() || st.cut.is_some() {
                         return Err(corrupt(&file, c, format!("EVENTS of stream {} after its BYE", c.stream)));
                     }
                     st.events.push(*c);
                 }
+                format::CHUNK_CUT => {
+                    if st.bye.is_some() || st.cut.is_some() {
+                        return Err(corrupt(&file, c, format!("CUT for stream {} after its end", c.stream)));
+                    }
+                    let raw = file.read_chunk(c).map_err(one_line)?;
+                    st.cut = Some(parse_cut(&raw).map_err(|e| dec_error(&file, c, e, 0))?);
+                }
                 _ => {
-                    if st.bye.is_some() {
+                    if st.bye.is_some() || st.cut.is_some() {
                         return Err(corrupt(&file, c, format!("second BYE for stream {}", c.stream)));
                     }
                     let raw = file.read_chunk(c).map_err(one_line)?;
@@ -691,11 +764,35 @@ fn parse_hello(raw: &[u8]) -> Result<Hello, DecErr> {
 
 fn parse_bye(raw: &[u8]) -> Result<Bye, DecErr> {
     let mut c = Cursor::new(raw);
-    let b = Bye { instructions: c.v()?, memory_references: c.v()?, dropped: c.v()?, exit_status: c.v()? };
+    let mut b = Bye {
+        instructions: c.v()?,
+        memory_references: c.v()?,
+        dropped: c.v()?,
+        exit_status: c.v()?,
+        signal: 0,
+        dropped_instructions: 0,
+    };
+    // Version 1 ends here.
+    if !c.done() {
+        b.signal = c.v()?;
+        b.dropped_instructions = c.v()?;
+    }
     if !c.done() {
         return Err(DecErr::Msg(format!("{} bytes after the BYE fields", raw.len() - c.pos)));
     }
     Ok(b)
+}
+
+fn parse_cut(raw: &[u8]) -> Result<Cut, DecErr> {
+    let mut c = Cursor::new(raw);
+    let cut = Cut { reason: c.v()?, lost_bytes: c.v()?, signal: c.v()? };
+    if !(CUT_PARTIAL..=CUT_RUNNING).contains(&cut.reason) {
+        return Err(DecErr::Msg(format!("unknown CUT reason {}", cut.reason)));
+    }
+    if !c.done() {
+        return Err(DecErr::Msg(format!("{} bytes after the CUT fields", raw.len() - c.pos)));
+    }
+    Ok(cut)
 }
 
 fn small(v: u64, what: &str) -> Result<u32, DecErr> {
@@ -762,7 +859,7 @@ fn parse_def(st: &mut Stream, c: &mut Cursor, offset: u64) -> Result<(), DecErr>
                 accs.push(Access { insn: insn as u32, kind: kind as u8, size });
             }
             let end = c.v()?;
-            if end > END_OTHER as u64 {
+            if end > END_FATAL as u64 {
                 return Err(DecErr::Msg(format!("segment {id}: unknown end kind {end}")));
             }
             st.add_seg(Seg { id, insns, accs, end: end as u8, def_offset: offset, in_flight: None })?;
@@ -800,6 +897,7 @@ fn parse_event(tag: u64, c: &mut Cursor) -> Result<Event, DecErr> {
         EV_THREAD_NEW => Event::ThreadNew { parent: c.v()?, child: c.v()? },
         EV_THREAD_EXIT => Event::ThreadExit { tid: c.v()? },
         EV_CTXSW => Event::CtxSw { voluntary: c.v()?, involuntary: c.v()? },
+        EV_FATAL => Event::Fatal { tid: c.v()?, signo: c.v()?, addr: c.v()? },
         _ => return Err(DecErr::Msg(format!("unknown event tag {tag}"))),
     })
 }

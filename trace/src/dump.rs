@@ -222,15 +222,31 @@ pub fn dump<W: Write>(trace: &Trace, o: &DumpOptions, w: &mut W) -> Result<()> {
     if !o.lackey && !visited.stopped {
         for &s in &sel {
             let st = &trace.streams[s];
-            match (&st.bye, o.json) {
-                (Some(b), true) => writeln!(w, "{}", json!({"type": "bye", "stream": st.id, "bye": b}))?,
-                (Some(b), false) => writeln!(
+            match (&st.bye, &st.cut, o.json) {
+                (b, c, true) => writeln!(w, "{}", json!({"type": "bye", "stream": st.id, "bye": b, "cut": c}))?,
+                (Some(b), _, false) => writeln!(
                     w,
-                    "# stream {} BYE: {} instructions, {} memory references, {} dropped, exit status {}",
-                    st.id, b.instructions, b.memory_references, b.dropped, b.exit_status
+                    "# stream {} BYE: {} instructions, {} memory references, {} dropped ({} instructions), {}",
+                    st.id,
+                    b.instructions,
+                    b.memory_references,
+                    b.dropped,
+                    b.dropped_instructions,
+                    if b.signal != 0 {
+                        format!("killed by {}", decode::signal_name(b.signal))
+                    } else {
+                        format!("exit status {}", b.exit_status)
+                    }
                 )?,
-                (None, true) => writeln!(w, "{}", json!({"type": "bye", "stream": st.id, "bye": null}))?,
-                (None, false) => writeln!(w, "# stream {}: no BYE (killed, or replaced by an exec)", st.id)?,
+                (None, Some(c), false) => writeln!(
+                    w,
+                    "# stream {} CUT: {}{}{}",
+                    st.id,
+                    c.reason_text(),
+                    if c.lost_bytes > 0 { format!("; {} bytes of it lost", c.lost_bytes) } else { String::new() },
+                    if c.signal != 0 { format!("; killed by {}", decode::signal_name(c.signal)) } else { String::new() }
+                )?,
+                (None, None, false) => writeln!(w, "# stream {}: no BYE (killed, or replaced by an exec)", st.id)?,
             }
         }
     }
@@ -475,7 +491,12 @@ fn event_text<W: Write>(st: &Stream, pos: &Pos, ev: &Event, w: &mut W) -> std::i
                 *duration_ns as f64 / 1e3
             )
         }
-        Event::Signal { tid, signo } => writeln!(w, "signal {signo} to thread {tid}"),
+        Event::Signal { tid, signo } => writeln!(w, "signal {signo} ({}) to thread {tid}", decode::signal_name(*signo)),
+        Event::Fatal { tid, signo, addr } => writeln!(
+            w,
+            "fatal signal {signo} ({}) in thread {tid} at {addr:#x}: the process ends",
+            decode::signal_name(*signo)
+        ),
         Event::Thread { tid } => writeln!(w, "thread {tid} runs"),
         Event::Mmap { addr, len, prot: p, object } => writeln!(
             w,
@@ -521,6 +542,9 @@ fn event_json<W: Write>(st: &Stream, pos: &Pos, ev: &Event, w: &mut W) -> std::i
     }
     if let Event::Syscall { sysno, .. } = ev {
         v["name"] = json!(syscall_label(*sysno));
+    }
+    if let Event::Signal { signo, .. } | Event::Fatal { signo, .. } = ev {
+        v["signal"] = json!(decode::signal_name(*signo));
     }
     writeln!(w, "{v}")
 }

@@ -10,7 +10,10 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The oldest version this reader still reads (no CUT chunks, a BYE of
+/// four fields).
+pub const OLDEST_VERSION: u32 = 1;
 pub const FILE_MAGIC: &[u8; 8] = b"BKTRACE\0";
 pub const CHUNK_MAGIC: &[u8; 4] = b"BKCH";
 pub const END_MAGIC: &[u8; 4] = b"BKEN";
@@ -21,6 +24,8 @@ pub const CHUNK_HELLO: u8 = 1;
 pub const CHUNK_DEFS: u8 = 2;
 pub const CHUNK_EVENTS: u8 = 3;
 pub const CHUNK_BYE: u8 = 4;
+/// Written by the recorder only: a stream that ended without BYE.
+pub const CHUNK_CUT: u8 = 5;
 
 pub const CODEC_RAW: u8 = 0;
 pub const CODEC_ZSTD: u8 = 1;
@@ -30,7 +35,7 @@ pub const CODEC_ZSTD: u8 = 1;
 pub enum TraceError {
     #[error("{path}: not a bunkai trace (no BKTRACE header; record one with `bunkai trace record`)")]
     NotATrace { path: String },
-    #[error("{path}: trace format version {found}, this bunkai reads version {VERSION} (record it again with this bunkai)")]
+    #[error("{path}: trace format version {found}, this bunkai reads versions {OLDEST_VERSION} to {VERSION} (record it again with this bunkai)")]
     Version { path: String, found: u32 },
     #[error("{path}: truncated at byte {offset}: {what} (the recording was cut short; record again)")]
     Truncated { path: String, offset: u64, what: String },
@@ -84,7 +89,7 @@ impl TraceFile {
             return Err(trunc(n as u64, "inside the file header"));
         }
         let version = le32(&head[8..]);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(TraceError::Version { path: p, found: version });
         }
         let meta_len = le32(&head[12..]) as u64;
@@ -152,7 +157,7 @@ impl TraceFile {
                 stored_len: le32(&h[16..]),
                 crc: le32(&h[20..]),
             };
-            if !(CHUNK_HELLO..=CHUNK_BYE).contains(&c.kind) || c.codec > CODEC_ZSTD || h[6] != 0 || h[7] != 0 {
+            if !(CHUNK_HELLO..=CHUNK_CUT).contains(&c.kind) || c.codec > CODEC_ZSTD || h[6] != 0 || h[7] != 0 {
                 return Err(corrupt(off, format!("chunk header with kind {} codec {}", c.kind, c.codec)));
             }
             let end = off + CHUNK_HEADER + c.stored_len as u64;
@@ -262,8 +267,10 @@ impl Writer {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
+        // The recorder's pid in the name: a later recorder removes the file
+        // if this one was killed (record.rs, remove_stale).
         let tmp = tempfile::Builder::new()
-            .prefix(".bunkai-trace-")
+            .prefix(&format!("{}{}-", crate::record::TEMP_PREFIX, std::process::id()))
             .tempfile_in(dir)
             .map_err(|e| anyhow::anyhow!("cannot create a file in {} ({e})", dir.display()))?;
         let mut out = BufWriter::with_capacity(1 << 20, tmp);
@@ -310,6 +317,11 @@ impl Writer {
         self.raw_bytes += raw_len as u64;
         self.stored_bytes += CHUNK_HEADER + stored.len() as u64;
         Ok(())
+    }
+
+    /// The unfinished file (removed if the writer is dropped unfinished).
+    pub fn temp_path(&self) -> &Path {
+        self.out.get_ref().path()
     }
 
     pub fn level(&self) -> i32 {

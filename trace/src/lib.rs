@@ -4,6 +4,8 @@
 //!
 //! - `format`: the trace file (chunks, checksums, varints).
 //! - `record`: runs a command under the tool and writes the trace.
+//! - `symbols`: checks a window's function names against the program's
+//!   symbols before it runs.
 //! - `decode`: loads a trace and walks its records; every tool below uses
 //!   its one visitor, `Trace::visit`.
 //! - `dump`: the records as text, JSON lines or lackey's output.
@@ -20,6 +22,7 @@ pub mod format;
 pub mod pages;
 pub mod record;
 pub mod report;
+pub mod symbols;
 pub mod testutil;
 #[cfg(test)]
 mod tests;

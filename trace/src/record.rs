@@ -15,7 +15,7 @@ use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -137,7 +137,13 @@ fn find_command(name: &str) -> Result<PathBuf> {
 }
 
 /// The Valgrind command line for these options.
-fn valgrind_command(a: &RecordOptions, dir: &Path, tools: &Path, program: &Path) -> Result<Command> {
+fn valgrind_command(
+    a: &RecordOptions,
+    dir: &Path,
+    tools: &Path,
+    program: &Path,
+    funcs: &[(&str, String)],
+) -> Result<Command> {
     let mut c = Command::new("valgrind");
     c.env("VALGRIND_LIB", tools);
     // --vgdb=no: no gdbserver FIFOs in /tmp (a server that drops root
@@ -167,13 +173,8 @@ fn valgrind_command(a: &RecordOptions, dir: &Path, tools: &Path, program: &Path)
         }
         c.arg("--bk-stop-close=yes");
     }
-    for (opt, v) in [("--bk-start-func", &a.start_func), ("--bk-stop-func", &a.stop_func)] {
-        if let Some(f) = v {
-            if f.is_empty() || f.contains(char::is_whitespace) {
-                bail!("bad function name '{f}' (give a symbol such as main)");
-            }
-            c.arg(format!("{opt}={f}"));
-        }
+    for (opt, f) in funcs {
+        c.arg(format!("--bk-{}={f}", opt.trim_start_matches("--")));
     }
     if let Some(n) = a.skip {
         c.arg(format!("--bk-skip={n}"));
@@ -195,7 +196,7 @@ fn valgrind_command(a: &RecordOptions, dir: &Path, tools: &Path, program: &Path)
 }
 
 /// One message from the tool, compressed, on its way to the writer.
-struct Msg {
+pub(crate) struct Msg {
     stream: u32,
     kind: u8,
     raw_len: usize,
@@ -205,30 +206,70 @@ struct Msg {
 
 /// What the connections saw, for the summary.
 #[derive(Default)]
-struct Totals {
+pub(crate) struct Totals {
     streams: AtomicU32,
     byes: AtomicU32,
     instructions: AtomicU64,
     memrefs: AtomicU64,
     dropped: AtomicU64,
+    dropped_instructions: AtomicU64,
 }
 
-/// Reads one connection until EOF: HELLO first, then DEFS/EVENTS, BYE.
-fn serve_conn(
-    mut s: UnixStream,
+/// How one connection ended.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ConnEnd {
+    /// Its stream number (0: it closed before its HELLO was complete, and
+    /// nothing of it is in the trace).
+    pub stream: u32,
+    /// The pid its HELLO named.
+    pub pid: u64,
+    /// It sent BYE.
+    pub bye: bool,
+    /// Bytes of a message it did not finish (it was killed while sending).
+    pub partial: u64,
+    /// Its last message holds only an EXEC event: it exec'd.
+    pub exec: bool,
+}
+
+/// Whether an EVENTS payload is one EXEC event and nothing else (what the
+/// tool sends last before an exec).
+fn only_exec(raw: &[u8]) -> bool {
+    let mut c = format::Cursor::new(raw);
+    c.v().ok() == Some((crate::decode::EV_EXEC << 1) | 1) && c.s().is_ok() && c.done()
+}
+
+/// Reads until `buf` is full or the stream ends; returns how much it read.
+fn read_full(s: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match s.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Reads one connection until EOF: HELLO first, then DEFS/EVENTS, BYE. A
+/// connection that ends inside a message (its process was killed while
+/// sending) ends its stream there: what came before is kept.
+pub(crate) fn serve_conn(
+    mut s: impl Read,
     next_stream: &AtomicU32,
     tx: mpsc::SyncSender<Msg>,
     level: i32,
     totals: &Totals,
     verbose: bool,
-) -> Result<()> {
-    let mut stream = 0u32;
+) -> Result<ConnEnd> {
+    let mut end = ConnEnd::default();
     loop {
         let mut h = [0u8; 8];
-        match s.read_exact(&mut h) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e.into()),
+        let got = read_full(&mut s, &mut h)?;
+        if got < h.len() {
+            end.partial = got as u64;
+            return Ok(end);
         }
         let kind = h[0];
         let len = u32::from_le_bytes(h[4..8].try_into().unwrap()) as usize;
@@ -236,28 +277,41 @@ fn serve_conn(
             bail!("the tool sent a malformed message (kind {kind}, {len} bytes)");
         }
         let mut raw = vec![0u8; len];
-        s.read_exact(&mut raw).context("a traced process closed its stream inside a message")?;
+        let got = read_full(&mut s, &mut raw)?;
+        if got < len {
+            end.partial = (8 + got) as u64;
+            return Ok(end);
+        }
+        if end.bye {
+            bail!("the tool sent a message after its BYE");
+        }
+        let stream = end.stream;
         if stream == 0 {
             if kind != format::CHUNK_HELLO {
                 bail!("the tool did not start its stream with HELLO");
             }
-            stream = next_stream.fetch_add(1, Ordering::SeqCst);
+            end.stream = next_stream.fetch_add(1, Ordering::SeqCst);
             totals.streams.fetch_add(1, Ordering::SeqCst);
+            let mut c = format::Cursor::new(&raw);
+            end.pid = c.v().unwrap_or(0);
             if verbose {
-                let mut c = format::Cursor::new(&raw);
-                let pid = c.v().unwrap_or(0);
                 let ppid = c.v().unwrap_or(0);
                 let _ = c.v();
                 let exe = c.s().unwrap_or_default();
-                eprintln!("bunkai trace: stream {stream}: pid {pid} (parent {ppid}) {exe}");
+                eprintln!("bunkai trace: stream {}: pid {} (parent {ppid}) {exe}", end.stream, end.pid);
             }
         }
+        let stream = end.stream;
+        end.exec = kind == format::CHUNK_EVENTS && only_exec(&raw);
         if kind == format::CHUNK_BYE {
             let mut c = format::Cursor::new(&raw);
+            end.bye = true;
             totals.byes.fetch_add(1, Ordering::SeqCst);
             totals.instructions.fetch_add(c.v().unwrap_or(0), Ordering::SeqCst);
             totals.memrefs.fetch_add(c.v().unwrap_or(0), Ordering::SeqCst);
             totals.dropped.fetch_add(c.v().unwrap_or(0), Ordering::SeqCst);
+            let (_status, _signal) = (c.v().unwrap_or(0), c.v().unwrap_or(0));
+            totals.dropped_instructions.fetch_add(c.v().unwrap_or(0), Ordering::SeqCst);
         }
         let compressed = if raw.len() >= 64 { Some(zstd::bulk::compress(&raw, level)?) } else { None };
         let raw_len = raw.len();
@@ -275,7 +329,26 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
     if !(1..=19).contains(&a.level) {
         bail!("--level {} is out of range (give 1 to 19)", a.level);
     }
-    let dir = tempfile::Builder::new().prefix("bunkai-trace-").tempdir().context("cannot create a temporary directory")?;
+    // Misspelt or unnamed functions are refused before anything runs.
+    let mut a_checked = Vec::new();
+    for (opt, f) in [("--start-func", &a.start_func), ("--stop-func", &a.stop_func)] {
+        if let Some(f) = f {
+            a_checked.push((opt, crate::symbols::check_function(opt, f, &program)?));
+        }
+    }
+    let out_dir = match a.output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let removed = remove_stale(&out_dir, &std::env::temp_dir());
+    if removed > 0 {
+        eprintln!("bunkai trace: removed {removed} temporary file(s) left by recorders that were killed");
+    }
+    let me = std::process::id();
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{DIR_PREFIX}{me}-"))
+        .tempdir()
+        .context("cannot create a temporary directory")?;
     let sock = dir.path().join("sock");
     let listener = UnixListener::bind(&sock).with_context(|| format!("cannot listen on {}", sock.display()))?;
     listener.set_nonblocking(true)?;
@@ -287,7 +360,7 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1733))?;
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))?;
 
-    let mut cmd = valgrind_command(a, dir.path(), &tools, &program)?;
+    let mut cmd = valgrind_command(a, dir.path(), &tools, &program, &a_checked)?;
     let meta = serde_json::json!({
         "command": a.command,
         "program": program,
@@ -306,6 +379,7 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
     });
     let mut writer = Writer::create(&a.output, &meta, a.level)
         .with_context(|| format!("cannot write {}", a.output.display()))?;
+    let unfinished = vec![writer.temp_path().to_path_buf(), dir.path().to_path_buf()];
     if a.verbose {
         eprintln!("bunkai trace: VALGRIND_LIB={} {:?}", tools.display(), cmd);
     }
@@ -314,14 +388,24 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
     let mut child = cmd.spawn().context("cannot start valgrind (install it: scripts/install-deps.sh)")?;
     let child_pid = child.id() as i32;
 
-    // SIGINT/SIGTERM to us go to the traced command, and the trace of what
-    // ran until then is still written.
-    let interrupted = Arc::new(AtomicBool::new(false));
+    // The first SIGINT/SIGTERM goes to the traced command, and the trace of
+    // what ran until then is still written. A second one gives up: the
+    // command is killed, the unfinished trace and the socket directory are
+    // removed.
+    let interrupted = Arc::new(AtomicU32::new(0));
     {
-        let flag = interrupted.clone();
+        let count = interrupted.clone();
         let _ = ctrlc::set_handler(move || {
-            flag.store(true, Ordering::SeqCst);
-            unsafe { libc_kill(child_pid, 15) };
+            if count.fetch_add(1, Ordering::SeqCst) == 0 {
+                unsafe { libc_kill(child_pid, 15) };
+                return;
+            }
+            unsafe { libc_kill(child_pid, 9) };
+            for p in &unfinished {
+                let _ = if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) };
+            }
+            eprintln!("bunkai trace: interrupted twice; the trace was not written (removed the unfinished output)");
+            std::process::exit(130);
         });
     }
 
@@ -337,7 +421,7 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
 
     // Accept connections until the command has exited and every stream has
     // ended; streams of processes that outlive the command get a grace period.
-    let mut conns: Vec<std::thread::JoinHandle<Result<()>>> = Vec::new();
+    let mut conns: Vec<std::thread::JoinHandle<Result<ConnEnd>>> = Vec::new();
     let mut socks: Vec<UnixStream> = Vec::new();
     let mut status = None;
     let mut exited_at: Option<Instant> = None;
@@ -369,21 +453,52 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(2));
     }
     let elapsed = t0.elapsed();
-    drop(tx);
-    // Processes that outlived the command: their streams end here (without
-    // BYE, which the reader reports as "ended abnormally").
+    let status = status.unwrap();
+    // Processes that outlived the command: their streams end here.
     let finished: Vec<bool> = conns.iter().map(|h| h.is_finished()).collect();
     let stragglers = finished.iter().filter(|f| !**f).count();
     for s in &socks {
         let _ = s.shutdown(std::net::Shutdown::Both);
     }
+    // The command's own pid is the pid of its streams (Valgrind runs in the
+    // process it traces): the recorder knows the signal that ended it.
+    let command_signal = std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0) as u64;
     let mut errors = Vec::new();
+    let mut cut: Vec<u32> = Vec::new();
+    let mut no_bye: Vec<u32> = Vec::new();
     for (h, done) in conns.into_iter().zip(finished) {
         let r = h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a stream reader panicked")));
-        if let (Err(e), true) = (r, done) {
-            errors.push(format!("{e:#}"));
+        if let Ok(end) = &r {
+            if end.stream != 0 && !end.bye {
+                no_bye.push(end.stream);
+            }
+        }
+        match r {
+            Ok(end) if end.stream != 0 && !end.bye && !(end.exec && done) => {
+                let reason = if !done {
+                    CUT_RUNNING
+                } else if end.partial > 0 {
+                    CUT_PARTIAL
+                } else {
+                    CUT_CLOSED
+                };
+                let signal = if end.pid == child_pid as u64 && done { command_signal } else { 0 };
+                let mut p = Vec::new();
+                for v in [reason, end.partial, signal] {
+                    format::put_v(&mut p, v);
+                }
+                let raw_len = p.len();
+                if tx.send(Msg { stream: end.stream, kind: format::CHUNK_CUT, raw_len, compressed: None, raw: p }).is_err() {
+                    errors.push("the trace writer stopped".to_string());
+                }
+                cut.push(end.stream);
+            }
+            Ok(_) => {}
+            Err(e) if done => errors.push(format!("{e:#}")),
+            Err(_) => {}
         }
     }
+    drop(tx);
     if stragglers > 0 {
         eprintln!(
             "bunkai trace: {stragglers} traced process(es) still running {} s after the command exited; their streams end here",
@@ -394,44 +509,206 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
     if let Some(e) = errors.first() {
         bail!("{e}");
     }
-    let status = status.unwrap();
     let n = totals.streams.load(Ordering::SeqCst);
     if n == 0 {
         bail!("the traced command produced no trace (is {} a program Valgrind can run?)", program.display());
     }
     let bytes = writer.finish()?;
-    let instr = totals.instructions.load(Ordering::SeqCst);
-    let mem = totals.memrefs.load(Ordering::SeqCst);
+    let mut instr = totals.instructions.load(Ordering::SeqCst);
+    let mut mem = totals.memrefs.load(Ordering::SeqCst);
+    // Streams without BYE (cut, or exec'd) have no totals of the tool's:
+    // count what the trace holds of them.
+    if !no_bye.is_empty() {
+        let t = crate::decode::Trace::load(&a.output)?;
+        let sel: Vec<usize> = (0..t.streams.len()).filter(|&i| no_bye.contains(&t.streams[i].id)).collect();
+        let v = t.visit(&sel, |_, _| std::ops::ControlFlow::Continue(()))?;
+        instr += v.instructions;
+        mem += v.memory_references;
+    }
     let dropped = totals.dropped.load(Ordering::SeqCst);
+    let dropped_instr = totals.dropped_instructions.load(Ordering::SeqCst);
     let per = if instr > 0 { bytes as f64 / instr as f64 } else { 0.0 };
-    let code = status.code().unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0));
+    let code = status.code().unwrap_or(128 + command_signal as i32);
     if a.json {
         eprintln!(
             "{}",
             serde_json::json!({
                 "output": a.output, "bytes": bytes, "instructions": instr, "memory_references": mem,
-                "streams": n, "ended_streams": totals.byes.load(Ordering::SeqCst), "dropped_segments": dropped,
+                "streams": n, "ended_streams": totals.byes.load(Ordering::SeqCst), "cut_streams": cut.len(),
+                "dropped_segments": dropped, "dropped_instructions": dropped_instr,
                 "bytes_per_instruction": per, "seconds": elapsed.as_secs_f64(), "exit_status": code,
-                "interrupted": interrupted.load(Ordering::SeqCst),
+                "interrupted": interrupted.load(Ordering::SeqCst) > 0,
             })
         );
     } else {
         eprintln!(
-            "bunkai trace: {} instructions, {} memory references, {} stream(s) in {:.2} s -> {} ({} bytes, {:.3} B/instruction){}",
+            "bunkai trace: {} instructions, {} memory references, {} stream(s){} in {:.2} s -> {} ({} bytes, {:.3} B/instruction){}",
             commas(instr),
             commas(mem),
             n,
+            if cut.is_empty() { String::new() } else { format!(" ({} cut: see `bunkai trace report`)", cut.len()) },
             elapsed.as_secs_f64(),
             a.output.display(),
             commas(bytes),
             per,
-            if dropped > 0 { format!("; buffer full: {} segment executions not recorded", commas(dropped)) } else { String::new() }
+            if dropped > 0 {
+                format!(
+                    "; buffer full: {} instructions ({} segment executions) not recorded",
+                    commas(dropped_instr),
+                    commas(dropped)
+                )
+            } else {
+                String::new()
+            }
         );
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
+/// Names of what a recorder leaves while it runs: its socket directory in
+/// the temporary directory, and the unfinished trace beside the output.
+/// Both carry the recorder's pid, so a later recorder can tell whether the
+/// one that made them is still alive.
+const DIR_PREFIX: &str = "bunkai-trace-";
+pub(crate) const TEMP_PREFIX: &str = ".bunkai-trace-";
+
+/// Removes the socket directories (in `tmp`) and unfinished traces (in
+/// `out_dir`) of recorders that were killed (SIGKILL leaves them): only
+/// those owned by this user whose recorder pid is no longer a running
+/// bunkai. Returns how many it removed.
+pub(crate) fn remove_stale(out_dir: &Path, tmp: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let uid = unsafe { geteuid() };
+    let mut removed = 0;
+    for (dir, prefix, want_dir) in [(tmp, DIR_PREFIX, true), (out_dir, TEMP_PREFIX, false)] {
+        let Ok(rd) = std::fs::read_dir(dir) else { continue };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else { continue };
+            let Some(pid) = rest.split_once('-').and_then(|(p, _)| p.parse::<u32>().ok()) else { continue };
+            let Ok(md) = e.path().symlink_metadata() else { continue };
+            if md.uid() != uid || md.is_dir() != want_dir || recorder_alive(pid) {
+                continue;
+            }
+            let r = if want_dir { std::fs::remove_dir_all(e.path()) } else { std::fs::remove_file(e.path()) };
+            if r.is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+/// Whether `pid` is a running bunkai (a reused pid is another program).
+fn recorder_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        Ok(comm) => comm.trim_end() == "bunkai",
+        Err(_) => false,
+    }
+}
+
+const CUT_PARTIAL: u64 = crate::decode::CUT_PARTIAL;
+const CUT_CLOSED: u64 = crate::decode::CUT_CLOSED;
+const CUT_RUNNING: u64 = crate::decode::CUT_RUNNING;
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+    fn geteuid() -> u32;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(kind: u8, payload: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind, 0, 0, 0];
+        m.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        m.extend_from_slice(payload);
+        m
+    }
+
+    fn hello(pid: u64) -> Vec<u8> {
+        let mut p = Vec::new();
+        for v in [pid, 1, 1] {
+            format::put_v(&mut p, v);
+        }
+        format::put_s(&mut p, "/bin/x");
+        for v in [0, 1, 1] {
+            format::put_v(&mut p, v);
+        }
+        msg(format::CHUNK_HELLO, &p)
+    }
+
+    fn serve(bytes: &[u8]) -> (Result<ConnEnd>, Vec<u8>) {
+        let (tx, rx) = mpsc::sync_channel(64);
+        let (n, t) = (AtomicU32::new(1), Totals::default());
+        let r = serve_conn(bytes, &n, tx, 1, &t, false);
+        (r, rx.try_iter().map(|m| m.kind).collect())
+    }
+
+    /// A process killed while it sends: the messages before the cut are
+    /// kept, the unfinished one is counted, and it is not an error.
+    #[test]
+    fn a_connection_cut_inside_a_message_ends_its_stream() {
+        let events = msg(format::CHUNK_EVENTS, &[0u8; 100]);
+        let mut s = hello(42);
+        s.extend_from_slice(&events);
+        for cut in [0, 3, 8, 50] {
+            let mut b = s.clone();
+            b.extend_from_slice(&events[..cut]);
+            let (r, kinds) = serve(&b);
+            let end = r.unwrap();
+            assert_eq!(end, ConnEnd { stream: 1, pid: 42, bye: false, partial: cut as u64, exec: false }, "cut {cut}");
+            assert_eq!(kinds, vec![format::CHUNK_HELLO, format::CHUNK_EVENTS]);
+        }
+        // Killed inside its HELLO: no stream at all.
+        let (r, kinds) = serve(&s[..5]);
+        assert_eq!(r.unwrap().stream, 0);
+        assert!(kinds.is_empty());
+        // An exec: the last message is the EXEC event alone.
+        let mut ex = Vec::new();
+        format::put_v(&mut ex, (crate::decode::EV_EXEC << 1) | 1);
+        format::put_s(&mut ex, "/bin/true");
+        let mut b = s.clone();
+        b.extend_from_slice(&msg(format::CHUNK_EVENTS, &ex));
+        assert!(serve(&b).0.unwrap().exec);
+        // A message after BYE is still the tool's error.
+        let mut b = s.clone();
+        b.extend_from_slice(&msg(format::CHUNK_BYE, &[0, 0, 0, 0, 0, 0]));
+        b.extend_from_slice(&events);
+        assert!(serve(&b).0.unwrap_err().to_string().contains("after its BYE"));
+    }
+
+    /// What a SIGKILLed recorder leaves is removed by the next one: only
+    /// names with the pid of a process that is not a running bunkai.
+    #[test]
+    fn stale_files_of_dead_recorders_are_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let (out, tmp) = (d.path().join("out"), d.path().join("tmp"));
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::create_dir_all(&tmp).unwrap();
+        // A pid that is not running: past the kernel's pid_max.
+        let dead = 4_194_305u32;
+        let me = std::process::id();
+        std::fs::write(out.join(format!("{TEMP_PREFIX}{dead}-abc")), b"x").unwrap();
+        std::fs::write(out.join(format!("{TEMP_PREFIX}{me}-abc")), b"x").unwrap();
+        std::fs::write(out.join(".bunkai-trace-old"), b"x").unwrap();
+        std::fs::create_dir_all(tmp.join(format!("{DIR_PREFIX}{dead}-xyz"))).unwrap();
+        std::fs::write(tmp.join(format!("{DIR_PREFIX}{dead}-xyz/sock")), b"").unwrap();
+        std::fs::create_dir_all(tmp.join(format!("{DIR_PREFIX}{me}-xyz"))).unwrap();
+        assert_eq!(remove_stale(&out, &tmp), 2);
+        let mut left: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .chain(std::fs::read_dir(&tmp).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want = vec![".bunkai-trace-old".to_string(), format!("{TEMP_PREFIX}{me}-abc"), format!("{DIR_PREFIX}{me}-xyz")];
+        want.sort();
+        assert_eq!(left, want);
+    }
 }

@@ -188,6 +188,55 @@ fn report_json_keys() {
     }
 }
 
+/// How streams end: a fatal signal (BYE with its signal, the FATAL event,
+/// the cut segment), a stream the recorder cut (killed while sending), and
+/// one cut with nothing after it; report and dump say which is which.
+#[test]
+fn fatal_signals_and_cut_streams() {
+    let d = tempfile::tempdir().unwrap();
+    let mut defs = prog_defs();
+    defs.run(7, 0x401020, 2, 4, 1, 1, &[], END_FATAL);
+    let mut b = Builder::new();
+    b.hello(1, 100, 1, PROG, &["prog"], true, F_MEM).defs(1, &defs);
+    let mut e = Events::new();
+    prog_round(&mut e);
+    e.exec(7, &[]).fatal(1, 11, 0x401024);
+    b.events(1, &e).bye2(1, 19, 5, 0, 0, 11, 0);
+    b.hello(2, 101, 100, PROG, &["prog"], true, F_MEM).defs(2, &defs);
+    let mut e = Events::new();
+    prog_round(&mut e);
+    b.events(2, &e).cut(2, CUT_PARTIAL, 1234, 9);
+    b.hello(3, 102, 100, PROG, &["prog"], true, F_MEM).cut(3, CUT_RUNNING, 0, 0);
+    let t = Trace::load(&write(&b, d.path(), "t.bkt")).unwrap();
+    let r = report::report(&t, &pentium()).unwrap();
+    assert_eq!(r.total_instructions, 17 + 2 + 17);
+    let s: Vec<(&str, Option<u64>, Option<String>)> =
+        r.streams.iter().map(|s| (s.ended, s.exit_status, s.signal.clone())).collect();
+    assert_eq!(
+        s,
+        vec![("signal", None, Some("SIGSEGV".into())), ("cut", None, Some("SIGKILL".into())), ("cut", None, None)]
+    );
+    assert!(r.warnings.iter().any(|w| w.contains("stream 2") && w.contains("killed while sending")), "{:?}", r.warnings);
+    let text = r.text();
+    assert!(text.contains("killed by SIGSEGV") && text.contains("cut (killed by SIGKILL)"), "{text}");
+    let out = dump_string(&t, &DumpOptions::default());
+    assert!(out.contains("ends fatal") && out.contains("fatal signal 11 (SIGSEGV) in thread 1 at 0x401024"), "{out}");
+    assert!(out.contains("# stream 2 CUT: killed while sending") && out.contains("1234 bytes of it lost"), "{out}");
+    assert!(out.contains("# stream 1 BYE: 19 instructions, 5 memory references, 0 dropped (0 instructions), killed by SIGSEGV"), "{out}");
+    let js = dump_string(&t, &DumpOptions { json: true, ..Default::default() });
+    assert!(js.lines().any(|l| l.contains(r#""event":"fatal""#) && l.contains(r#""signal":"SIGSEGV""#)), "{js}");
+
+    // A CUT after a BYE, or with an unknown reason, is damage.
+    let mut bad = Builder::new();
+    bad.hello(1, 100, 1, PROG, &["prog"], true, F_MEM).bye(1, 0, 0, 0, 0).cut(1, CUT_CLOSED, 0, 0);
+    let e = Trace::load(&write(&bad, d.path(), "bad.bkt")).err().unwrap().to_string();
+    assert!(e.contains("corrupted at byte") && e.contains("CUT for stream 1 after its end"), "{e}");
+    let mut bad = Builder::new();
+    bad.hello(1, 100, 1, PROG, &["prog"], true, F_MEM).cut(1, 7, 0, 0);
+    let e = Trace::load(&write(&bad, d.path(), "bad2.bkt")).err().unwrap().to_string();
+    assert!(e.contains("unknown CUT reason 7") && !e.contains('\n'), "{e}");
+}
+
 fn dump_string(t: &Trace, o: &DumpOptions) -> String {
     let mut out = Vec::new();
     dump(t, o, &mut out).unwrap();
@@ -611,6 +660,10 @@ fn constants_match_the_shared_header() {
         ("CHUNK_DEFS", CHUNK_DEFS as u64),
         ("CHUNK_EVENTS", CHUNK_EVENTS as u64),
         ("CHUNK_BYE", CHUNK_BYE as u64),
+        ("CHUNK_CUT", CHUNK_CUT as u64),
+        ("CUT_PARTIAL", CUT_PARTIAL),
+        ("CUT_CLOSED", CUT_CLOSED),
+        ("CUT_RUNNING", CUT_RUNNING),
         ("F_MEM", F_MEM),
         ("F_BUFFERED", F_BUFFERED),
         ("DEF_OBJECT", DEF_OBJECT),
@@ -625,6 +678,7 @@ fn constants_match_the_shared_header() {
         ("END_RET", END_RET as u64),
         ("END_SYSCALL", END_SYSCALL as u64),
         ("END_OTHER", END_OTHER as u64),
+        ("END_FATAL", END_FATAL as u64),
         ("EV_SYSCALL", EV_SYSCALL),
         ("EV_SIGNAL", EV_SIGNAL),
         ("EV_THREAD", EV_THREAD),
@@ -639,6 +693,7 @@ fn constants_match_the_shared_header() {
         ("EV_THREAD_NEW", EV_THREAD_NEW),
         ("EV_THREAD_EXIT", EV_THREAD_EXIT),
         ("EV_CTXSW", EV_CTXSW),
+        ("EV_FATAL", EV_FATAL),
         ("WIN_START", WIN_START),
         ("WIN_SYSCALL", WIN_SYSCALL),
         ("WIN_FUNC", WIN_FUNC),

@@ -149,6 +149,9 @@ impl Events {
     pub fn signal(&mut self, tid: u64, signo: u64) -> &mut Self {
         self.event_v(EV_SIGNAL, &[tid, signo])
     }
+    pub fn fatal(&mut self, tid: u64, signo: u64, addr: u64) -> &mut Self {
+        self.event_v(EV_FATAL, &[tid, signo, addr])
+    }
     pub fn thread(&mut self, tid: u64) -> &mut Self {
         self.event_v(EV_THREAD, &[tid])
     }
@@ -220,6 +223,32 @@ impl Builder {
             put_v(&mut p, v);
         }
         self.raw(format::CHUNK_BYE, stream, p)
+    }
+    /// A version 2 BYE: with the fatal signal and the dropped instructions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bye2(
+        &mut self,
+        stream: u32,
+        instructions: u64,
+        refs: u64,
+        dropped: u64,
+        status: u64,
+        signal: u64,
+        dropped_instructions: u64,
+    ) -> &mut Self {
+        let mut p = Vec::new();
+        for v in [instructions, refs, dropped, status, signal, dropped_instructions] {
+            put_v(&mut p, v);
+        }
+        self.raw(format::CHUNK_BYE, stream, p)
+    }
+    /// The recorder's CUT.
+    pub fn cut(&mut self, stream: u32, reason: u64, lost: u64, signal: u64) -> &mut Self {
+        let mut p = Vec::new();
+        for v in [reason, lost, signal] {
+            put_v(&mut p, v);
+        }
+        self.raw(format::CHUNK_CUT, stream, p)
     }
     pub fn raw(&mut self, kind: u8, stream: u32, payload: Vec<u8>) -> &mut Self {
         self.chunks.push((kind, stream, payload));

@@ -10,7 +10,10 @@
  *  - Valgrind runs one guest thread at a time, so the buffers are global and
  *    unlocked.
  *  - Symbols: the tool is its own executable; names are static except
- *    Valgrind's entry points.
+ *    Valgrind's entry points and the two wrappers of core functions at the
+ *    end (__wrap_vgPlain_client_exit, __wrap_vgPlain_kill_self; the link
+ *    passes --wrap for them), through which the tool learns how the process
+ *    ends after Valgrind has called its fini with a constant 0.
  *
  * How it records: each superblock is cut into segments at its side exits
  * (chasing is turned off, so a call or return always ends a superblock).
@@ -53,6 +56,8 @@ extern SysRes VG_(do_syscall)(UWord sysno, RegWord, RegWord, RegWord, RegWord,
                               RegWord, RegWord, RegWord, RegWord);
 extern Int VG_(socket)(Int domain, Int type, Int protocol);
 extern Int VG_(safe_fd)(Int oldfd);
+extern void __real_vgPlain_client_exit(Int status);
+extern void __real_vgPlain_kill_self(Int sig);
 
 #define BK_TOOL_VERSION 1
 
@@ -143,10 +148,12 @@ static void write_all(const void *buf, SizeT n)
    }
 }
 
-/* Fixed-buffer mode (TURU's pinned memory area, §2.2(3)(a)). */
+/* Fixed-buffer mode (TURU's pinned memory area, §2.2(3)(a)). The last
+   FIXED_RESERVE bytes are kept for the "buffer full" event. */
 static UChar *fixed_buf = NULL;
 static SizeT fixed_used = 0;
 static Bool fixed_full = False;
+#define FIXED_RESERVE 64
 
 /* Sends one message (or keeps it, in fixed-buffer mode). Returns False if
    the fixed buffer has no room for it. */
@@ -157,7 +164,7 @@ static Bool send_msg(UInt kind, const UChar *payload, SizeT len)
    h[4] = len & 0xff; h[5] = (len >> 8) & 0xff;
    h[6] = (len >> 16) & 0xff; h[7] = (len >> 24) & 0xff;
    if (fixed_buf != NULL && kind != BKT_CHUNK_HELLO && kind != BKT_CHUNK_BYE) {
-      if (fixed_used + 8 + len > (SizeT)clo_buffer) return False;
+      if (fixed_used + 8 + len + FIXED_RESERVE > (SizeT)clo_buffer) return False;
       VG_(memcpy)(fixed_buf + fixed_used, h, 8);
       VG_(memcpy)(fixed_buf + fixed_used + 8, payload, len);
       fixed_used += 8 + len;
@@ -270,6 +277,7 @@ static void send_seg_def(UInt id)
 
 static ULong enc_prev_seg = 0, enc_prev_addr = 0;
 static ULong n_instr_rec = 0, n_mem_rec = 0, n_dropped = 0, n_segs_rec = 0;
+static ULong n_dropped_instr = 0; /* instructions of the dropped executions */
 /* The counts as of the last EVENTS message kept: in fixed-buffer mode a
    message that does not fit is dropped whole and its executions counted
    as dropped. */
@@ -304,7 +312,7 @@ static void encode_raw(void)
    if (events.n >= events_msg_bytes) send_events();
 }
 
-static void end_window_if_full(void);
+static void buffer_full(void);
 static void copy_defs_all(void);
 
 /* Sends pending definitions, then the events built so far. */
@@ -312,14 +320,15 @@ static void send_events(void)
 {
    if (raw_n) encode_raw();
    if (defs_new.n) {
-      if (!send_msg(BKT_CHUNK_DEFS, defs_new.b, defs_new.n)) fixed_full = True;
+      if (!fixed_full && !send_msg(BKT_CHUNK_DEFS, defs_new.b, defs_new.n)) buffer_full();
       copy_defs_all();
       defs_new.n = 0;
    }
    if (events.n) {
-      if (!fixed_full && !send_msg(BKT_CHUNK_EVENTS, events.b, events.n)) fixed_full = True;
+      if (!fixed_full && !send_msg(BKT_CHUNK_EVENTS, events.b, events.n)) buffer_full();
       if (fixed_full) {
          n_dropped += n_segs_rec - ok_segs;
+         n_dropped_instr += n_instr_rec - ok_instr;
          n_instr_rec = ok_instr;
          n_mem_rec = ok_mem;
          n_segs_rec = ok_segs;
@@ -330,7 +339,6 @@ static void send_events(void)
       events.n = 0;
    }
    enc_prev_seg = enc_prev_addr = 0;
-   end_window_if_full();
 }
 
 /* Starts an event record: flushes pending segment words first so that the
@@ -350,7 +358,40 @@ static ULong win_icount = 0;    /* instructions inside the window */
 static Long start_fd = -1;      /* descriptor the start syscall returned */
 static Bool win_done = False;   /* the window closed for good */
 
+/* Start conditions hold in sequence: the function is entered, then the
+   syscall returns, then N more instructions run; each is armed when the
+   one before it (if given) has happened. `stage` is the one armed now. */
+#define STAGE_FUNC 0
+#define STAGE_SYS 1
+#define STAGE_COUNT 2
+#define STAGE_NONE 3            /* nothing armed: open, or closed for good */
+static Int stage = STAGE_NONE;
+static ULong skip_left = 0;     /* STAGE_COUNT: instructions still to run */
+
+/* How the process ends (see "the end" below). */
+static Bool fini_done = False;  /* Valgrind has called the tool's fini */
+static Bool exit_sent = False;  /* BYE sent */
+static UInt cur_seg = 0;        /* the segment that started last */
+
 static void emit_ctxsw(void);
+static void window(Bool open, UInt reason);
+
+/* The first stage at or after `from` whose condition was given. */
+static Int next_stage(Int from)
+{
+   if (from <= STAGE_FUNC && clo_start_fn) return STAGE_FUNC;
+   if (from <= STAGE_SYS && clo_start_sys) return STAGE_SYS;
+   if (from <= STAGE_COUNT && clo_skip > 0) return STAGE_COUNT;
+   return STAGE_NONE;
+}
+
+/* The armed condition happened: arm the next one, or open the window. */
+static void stage_done(UInt reason)
+{
+   stage = next_stage(stage + 1);
+   if (stage == STAGE_COUNT) skip_left = clo_skip;
+   if (stage == STAGE_NONE) window(True, reason);
+}
 
 static void window(Bool open, UInt reason)
 {
@@ -361,6 +402,7 @@ static void window(Bool open, UInt reason)
       emit_ctxsw();
       win_open = False;
       win_done = True;
+      stage = STAGE_NONE;
    } else {
       win_open = True;
       emit_ctxsw();
@@ -369,13 +411,25 @@ static void window(Bool open, UInt reason)
    }
 }
 
-/* In fixed-buffer mode, a full buffer ends the window. */
-static void end_window_if_full(void)
+/* In fixed-buffer mode, the first message that does not fit fills the
+   buffer: a "buffer full" window event goes into the reserve, and from
+   then on nothing more is stored. The window stays open as far as the
+   window options go, so the executions it would have recorded are counted
+   as dropped (n_dropped, n_dropped_instr) until it closes. */
+static void buffer_full(void)
 {
-   if (fixed_full && win_open) {
-      win_open = False;
-      win_done = True;
+   if (fixed_full) return;
+   fixed_full = True;
+   Buf b = {0};
+   put_v(&b, ((ULong)BKT_EV_WINDOW << 1) | 1);
+   put_v(&b, 0); put_v(&b, BKT_WIN_FULL); put_v(&b, icount);
+   UChar h[8] = { BKT_CHUNK_EVENTS, 0, 0, 0, (UChar)b.n, 0, 0, 0 };
+   if (fixed_used + 8 + b.n <= (SizeT)clo_buffer) {
+      VG_(memcpy)(fixed_buf + fixed_used, h, 8);
+      VG_(memcpy)(fixed_buf + fixed_used + 8, b.b, b.n);
+      fixed_used += 8 + b.n;
    }
+   VG_(free)(b.b);
 }
 
 /* Context switches so far, from /proc/self/status (the stand-in for the
@@ -411,10 +465,13 @@ static Bool inline_seg_head(HWord w)
    UInt n = w & 0xff;
    icount += n;
    if (!win_open) {
-      if (win_done || clo_skip == 0 || (Long)icount < clo_skip) return False;
-      window(True, BKT_WIN_COUNT);
+      if (stage != STAGE_COUNT) return False;
+      /* The window opens at the start of the segment that reaches N. */
+      if (n < skip_left) { skip_left -= n; return False; }
+      skip_left = 0;
+      stage_done(BKT_WIN_COUNT);
    }
-   if (fixed_full) { n_dropped++; return False; }
+   if (fixed_full) { n_dropped++; n_dropped_instr += n; return False; }
    if (raw_n >= RAW_WORDS) encode_raw();
    UInt id = (UInt)(w >> 8);
    if (!seg_defs.v[id].sent) send_seg_def(id);
@@ -463,8 +520,16 @@ static void h_more6(HWord a0, HWord a1, HWord a2, HWord a3, HWord a4, HWord a5)
 #undef A
 static void h_tail(void) { seg_tail(); }
 
+/* Is `name` (as Valgrind names a function) the function the user named?
+   Symbols of shared libraries carry a version (puts@@GLIBC_2.2.5). */
+static Bool same_function(const HChar *name, const HChar *want)
+{
+   SizeT n = VG_(strlen)(want);
+   return VG_(strncmp)(name, want, n) == 0 && (name[n] == 0 || name[n] == '@');
+}
+
 /* Entry to the start or stop function. */
-static void h_start_fn(void) { if (!win_open && !win_done) window(True, BKT_WIN_FUNC); }
+static void h_start_fn(void) { if (stage == STAGE_FUNC) stage_done(BKT_WIN_FUNC); }
 static void h_stop_fn(void) { if (win_open) window(False, BKT_WIN_FUNC); }
 
 /* ------------------------------------------------------ objects, functions */
@@ -617,6 +682,24 @@ typedef struct {
 static SegBuild sb_cur;
 static Bool seg_wanted = True;
 
+/* Every segment starts with a store of its id to cur_seg (one host store;
+   the id is known only when the segment is closed, so the constant is
+   filled in then), so that a fatal signal can tell where it struck. */
+static IRConst *seg_id_const = NULL;
+
+static void seg_start_store(IRSB *out)
+{
+   IRConst *c = IRConst_U32(0);
+   addStmtToIRSB(out, IRStmt_Store(Iend_LE, mkIRExpr_HWord((HWord)&cur_seg), IRExpr_Const(c)));
+   seg_id_const = c;
+}
+
+static void seg_id_is(UInt id)
+{
+   if (seg_id_const) seg_id_const->Ico.U32 = id;
+   seg_id_const = NULL;
+}
+
 static void seg_reset(void)
 {
    sb_cur.n_instr = 0;
@@ -694,9 +777,10 @@ static UInt end_kind(IRJumpKind jk)
    execution of it. */
 static void seg_close(IRSB *out, UInt endk)
 {
-   if (sb_cur.n_instr == 0 && sb_cur.n_acc == 0) return;
-   if (!seg_wanted) { seg_reset(); return; }
+   if (sb_cur.n_instr == 0 && sb_cur.n_acc == 0) { seg_id_is(0); return; }
+   if (!seg_wanted) { seg_id_is(0); seg_reset(); return; }
    UInt id = seg_next++;
+   seg_id_is(id);
    if (id >= seg_cap) {
       UInt ncap = seg_cap ? seg_cap * 2 : 65536;
       segs = VG_(realloc)("bk.seg", segs, ncap * sizeof(SegInfo));
@@ -779,15 +863,16 @@ static IRSB *bk_instrument(VgCallbackClosure *closure, IRSB *in, const VexGuestL
       i++;
    }
    seg_reset();
+   seg_start_store(out);
    Addr first = (i < in->stmts_used) ? (Addr)in->stmts[i]->Ist.IMark.addr : 0;
    seg_wanted = object_wanted(first);
    if (seg_wanted && (clo_start_fn || clo_stop_fn) && i < in->stmts_used) {
       const HChar *name = NULL;
       DiEpoch ep = VG_(current_DiEpoch)();
       if (VG_(get_fnname_if_entry)(ep, first, &name) && name) {
-         if (clo_start_fn && VG_(strcmp)(name, clo_start_fn) == 0)
+         if (clo_start_fn && same_function(name, clo_start_fn))
             call(out, "h_start_fn", h_start_fn, 0, mkIRExprVec_0());
-         if (clo_stop_fn && VG_(strcmp)(name, clo_stop_fn) == 0)
+         if (clo_stop_fn && same_function(name, clo_stop_fn))
             call(out, "h_stop_fn", h_stop_fn, 0, mkIRExprVec_0());
       }
    }
@@ -856,6 +941,7 @@ static IRSB *bk_instrument(VgCallbackClosure *closure, IRSB *in, const VexGuestL
       case Ist_Exit:
          seg_close(out, end_kind(st->Ist.Exit.jk));
          addStmtToIRSB(out, st);
+         seg_start_store(out);
          break;
       default:
          addStmtToIRSB(out, st);
@@ -885,15 +971,51 @@ static void write_state_file(void);
 static void remove_state_file(void);
 static void flush_all(void);
 
+/* Syscalls that may wait indefinitely: a process is often killed while it
+   waits in one, so what it holds is sent before it enters one. */
+static Bool may_block(UInt sysno)
+{
+   switch (sysno) {
+   case __NR_read: case __NR_readv: case __NR_recvfrom: case __NR_recvmsg:
+   case __NR_nanosleep: case __NR_clock_nanosleep: case __NR_pause:
+   case __NR_rt_sigsuspend: case __NR_rt_sigtimedwait: case __NR_wait4:
+   case __NR_waitid: case __NR_poll: case __NR_ppoll: case __NR_select:
+   case __NR_pselect6: case __NR_epoll_wait: case __NR_epoll_pwait:
+   case __NR_accept: case __NR_accept4: case __NR_connect: case __NR_msgrcv:
+   case __NR_semop: case __NR_semtimedop: case __NR_flock: case __NR_futex:
+      return True;
+   default:
+      return False;
+   }
+}
+
+/* Streaming mode: what the tool holds (at most one EVENTS message, 1 MiB)
+   is lost if the process is killed. It is sent before a syscall that may
+   block if 10 ms have passed since the last send, and before any syscall
+   after 200 ms, so a killed process loses at most what it ran since. */
+#define FLUSH_BLOCKING_NS 10000000ull
+#define FLUSH_ANY_NS 200000000ull
+static ULong last_flush_ns = 0;
+
 static void bk_pre_syscall(ThreadId tid, UInt sysno, UWord *args, UInt nArgs)
 {
    if (tid >= MAX_TIDS) return;
+   if (fixed_buf == NULL && (raw_n || events.n || defs_new.n)) {
+      ULong t = now_ns();
+      if (t - last_flush_ns >= (may_block(sysno) ? FLUSH_BLOCKING_NS : FLUSH_ANY_NS)) {
+         send_events();
+         last_flush_ns = t;
+      }
+   }
    /* The start syscall itself is inside the window (the paper's window
       starts while httpd waits in accept()); so is the stop syscall. */
-   sys_in_window[tid] = win_open || (!win_done && in_list(clo_start_sys, sysno));
+   sys_in_window[tid] = win_open || (stage == STAGE_SYS && in_list(clo_start_sys, sysno));
    if (sysno == __NR_execve || sysno == __NR_execveat) {
       /* This image ends here if the exec succeeds: hand the window state to
-         the next one (same pid) and flush everything we hold. */
+         the next one (same pid) and flush everything we hold. The EXEC
+         event goes in a message of its own, the last of the stream, by
+         which the recorder tells an exec from a kill. */
+      send_events();
       Buf *b = event(BKT_EV_EXEC);
       HChar path[4096];
       path[0] = 0;
@@ -951,9 +1073,9 @@ static void bk_post_syscall(ThreadId tid, UInt sysno, UWord *args, UInt nArgs, S
    }
    /* Windows: open after the start syscall returns successfully, close
       after the stop syscall (or the close() of the start descriptor). */
-   if (!win_open && !win_done && !err && in_list(clo_start_sys, sysno)) {
+   if (stage == STAGE_SYS && !err && in_list(clo_start_sys, sysno)) {
       start_fd = result;
-      window(True, BKT_WIN_SYSCALL);
+      stage_done(BKT_WIN_SYSCALL);
    } else if (win_open && in_list(clo_stop_sys, sysno)) {
       window(False, BKT_WIN_SYSCALL);
    } else if (win_open && clo_stop_close && sysno == __NR_close && (Long)args[0] == start_fd) {
@@ -1056,7 +1178,7 @@ static void write_state_file(void)
    SysRes r = VG_(open)(path, VKI_O_WRONLY | VKI_O_CREAT | VKI_O_TRUNC, 0600);
    if (sr_isError(r)) return;
    Int fd = sr_Res(r);
-   VG_(sprintf)(txt, "%d %d\n", win_open ? 1 : 0, win_done ? 1 : 0);
+   VG_(sprintf)(txt, "%d %d %d %llu\n", win_open ? 1 : 0, win_done ? 1 : 0, stage, skip_left);
    VG_(write)(fd, txt, VG_(strlen)(txt));
    VG_(close)(fd);
 }
@@ -1079,9 +1201,13 @@ static void read_state_file(void)
    Int n = VG_(read)(fd, txt, sizeof txt - 1);
    VG_(close)(fd);
    VG_(unlink)(path);
-   if (n >= 3) {
+   if (n >= 7) {
+      txt[n] = 0;
       win_open = txt[0] == '1';
       win_done = txt[2] == '1';
+      stage = txt[4] - '0';
+      if (stage < STAGE_FUNC || stage > STAGE_NONE) stage = STAGE_NONE;
+      skip_left = VG_(strtoull10)(txt + 6, NULL);
    }
 }
 
@@ -1146,17 +1272,21 @@ static void atfork_parent(ThreadId tid) {}
    resends every definition (it inherited the translations). */
 static void atfork_child(ThreadId tid)
 {
-   VG_(close)(sock_fd);
-   connect_recorder();
-   send_hello();
-   if (defs_all.n) send_msg(BKT_CHUNK_DEFS, defs_all.b, defs_all.n);
+   /* The parent's buffers are the parent's (reset before anything is
+      kept: in buffer mode the definitions below go into the buffer). */
    events.n = 0;
    raw_n = 0;
    enc_prev_seg = enc_prev_addr = 0;
-   n_instr_rec = n_mem_rec = n_dropped = n_segs_rec = 0;
+   n_instr_rec = n_mem_rec = n_dropped = n_segs_rec = n_dropped_instr = 0;
+   exit_sent = False;
+   last_flush_ns = now_ns();
    ok_instr = ok_mem = ok_segs = 0;
    fixed_used = 0;
    fixed_full = False;
+   VG_(close)(sock_fd);
+   connect_recorder();
+   send_hello();
+   if (defs_all.n && !send_msg(BKT_CHUNK_DEFS, defs_all.b, defs_all.n)) buffer_full();
    /* The connection belongs to the parent: a child closing its copy of the
       descriptor (as every fork-exec does) does not end the window. */
    start_fd = -1;
@@ -1172,7 +1302,9 @@ static void bk_post_clo_init(void)
       VG_(exit)(2);
    }
    /* Open from the start unless some start condition was given. */
-   win_open = !(clo_start_sys || clo_start_fn || clo_skip > 0);
+   stage = next_stage(STAGE_FUNC);
+   if (stage == STAGE_COUNT) skip_left = clo_skip;
+   win_open = stage == STAGE_NONE;
    read_state_file();
    if (clo_buffer > 0) {
       fixed_buf = VG_(malloc)("bk.fixed", clo_buffer);
@@ -1184,8 +1316,88 @@ static void bk_post_clo_init(void)
    VG_(atfork)(atfork_pre, atfork_parent, atfork_child);
 }
 
-static void bk_fini(Int exitcode)
+/* ------------------------------------------------------------ the end */
+
+/* Valgrind calls the tool's fini with 0 whatever the process does, then
+   ends the process with VG_(client_exit)(status) or, after a fatal signal,
+   VG_(kill_self)(signal). The tool wraps both (the link passes --wrap), so
+   the BYE, sent from the wrappers, carries the real status. The fini only
+   sends what is held, in case neither wrapper runs (the stream then ends
+   without BYE and the recorder marks it cut). */
+
+static void bk_fini(Int exitcode_always_0)
 {
+   send_events();
+   fini_done = True;
+}
+
+/* A fatal signal struck inside the segment that started last (cur_seg, set
+   by a store at the start of every segment): the instructions it ran up
+   to the one the signal struck (the guest IP; exact for a fault at a
+   memory access) are recorded as a segment of their own. */
+static void record_cut_segment(Addr ip)
+{
+   UInt id = cur_seg;
+   if (id == 0 || id >= seg_next || id >= seg_defs.cap || seg_defs.v[id].len == 0) return;
+   Def *d = &seg_defs.v[id];
+   const UChar *p = def_pool.b + d->off, *end = p + d->len;
+#define GETV(x) do { ULong v_ = 0; UInt sh_ = 0; \
+      while (p < end) { UChar c_ = *p++; v_ |= (ULong)(c_ & 0x7f) << sh_; sh_ += 7; if (!(c_ & 0x80)) break; } \
+      (x) = v_; } while (0)
+   ULong tag, sid, n, a = 0, dist, len, unused;
+   GETV(tag); GETV(sid); GETV(n);
+   if (tag != BKT_DEF_SEG || sid != id || n == 0) return;
+   Addr addr[MAX_SEG_INSTR];
+   UInt lens[MAX_SEG_INSTR];
+   UInt k = 0, hit = 0;
+   for (; k < n && k < MAX_SEG_INSTR; k++) {
+      GETV(dist); GETV(len); GETV(unused); GETV(unused);
+      a = k == 0 ? dist : a + dist;
+      addr[k] = a;
+      lens[k] = len;
+      if (a == ip) { hit = k + 1; break; }
+   }
+(void)unused;
+#undef GETV
+   if (hit == 0) return; /* the signal struck after the segment had ended */
+   UInt pid = seg_next++;
+   if (pid >= seg_cap) {
+      seg_cap *= 2;
+      segs = VG_(realloc)("bk.seg", segs, seg_cap * sizeof(SegInfo));
+   }
+   segs[pid].nacc = 0;
+   segs[pid].obj = segs[id].obj;
+   segs[pid].fn = segs[id].fn;
+   SizeT start = def_begin();
+   put_v(&def_pool, BKT_DEF_SEG);
+   put_v(&def_pool, pid);
+   put_v(&def_pool, hit);
+   for (UInt i = 0; i < hit; i++) {
+      put_v(&def_pool, i == 0 ? addr[0] : addr[i] - addr[i - 1]);
+      put_v(&def_pool, lens[i]);
+      put_v(&def_pool, segs[id].obj);
+      put_v(&def_pool, segs[id].fn);
+   }
+   put_v(&def_pool, 0);
+   put_v(&def_pool, BKT_END_FATAL);
+   def_end(&seg_defs, pid, start);
+   if (inline_seg_head(((HWord)pid << 8) | hit)) seg_tail();
+}
+
+/* The last messages of the stream: the window's end, then BYE. */
+static void send_end(ULong status, Int sig)
+{
+   if (exit_sent || sock_fd < 0) return;
+   exit_sent = True;
+   if (sig != 0) {
+      ThreadId tid = VG_(get_running_tid)();
+      Addr ip = (tid > 0 && tid < MAX_TIDS) ? VG_(get_IP)(tid) : 0;
+      if (ip) record_cut_segment(ip);
+      Buf *b = event(BKT_EV_FATAL);
+      put_v(b, tid);
+      put_v(b, sig);
+      put_v(b, ip);
+   }
    if (win_open) {
       Buf *b = event(BKT_EV_WINDOW);
       put_v(b, 0); put_v(b, BKT_WIN_EXIT); put_v(b, icount);
@@ -1196,9 +1408,27 @@ static void bk_fini(Int exitcode)
    put_v(&b, n_instr_rec);
    put_v(&b, n_mem_rec);
    put_v(&b, n_dropped);
-   put_v(&b, (ULong)(UInt)exitcode);
+   put_v(&b, status & 0xff);
+   put_v(&b, (ULong)sig);
+   put_v(&b, n_dropped_instr);
    send_msg(BKT_CHUNK_BYE, b.b, b.n);
+   VG_(free)(b.b);
    VG_(close)(sock_fd);
+   sock_fd = -1;
+}
+
+void __wrap_vgPlain_client_exit(Int status);
+void __wrap_vgPlain_client_exit(Int status)
+{
+   if (fini_done) send_end((ULong)(UInt)status, 0);
+   __real_vgPlain_client_exit(status);
+}
+
+void __wrap_vgPlain_kill_self(Int sig);
+void __wrap_vgPlain_kill_self(Int sig)
+{
+   if (fini_done) send_end(0, sig);
+   __real_vgPlain_kill_self(sig);
 }
 
 static void bk_pre_clo_init(void)

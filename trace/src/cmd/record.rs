@@ -9,16 +9,28 @@ use std::process::ExitCode;
 /// Record a trace of a command: every instruction, memory reference,
 /// syscall and signal, and the address-space changes (TURU §2.1)
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Examples:\n  \
+#[command(after_help = "Windows: start conditions hold in sequence, in this order whatever the \
+order on the command line: --start-func, then --start-syscall, then --skip. Each is armed once \
+the one before it has happened, and the window opens at the last. Stop conditions end it at \
+the first of them to happen. A syscall condition alone also sees the dynamic linker's \
+syscalls, which run before main (it opens ld.so.cache and each library).\n\n\
+Examples:\n  \
   bunkai trace record -o true.bkt -- /bin/true\n  \
   bunkai trace record -o req.bkt --start-syscall accept --stop-at-close -- apache2 -X -f conf\n  \
-  bunkai trace record -o main.bkt --start-func main --max 1000000 -- ./prog")]
+  bunkai trace record -o main.bkt --start-func main --max 1000000 -- ./prog\n  \
+  # the first openat after main, to the close of that file:\n  \
+  bunkai trace record -o open.bkt --start-func main --start-syscall openat --stop-at-close -- ./prog\n  \
+  # a function of a library loaded with dlopen, or of a program the command execs:\n  \
+  bunkai trace record -o m.bkt --start-func php_execute_script@libphp8.2.so -- apache2 -X\n\n\
+A function name is checked against the program and the libraries it links before anything \
+runs (a stripped program names only what it exports; main is not among them).")]
 pub struct RecordArgs {
     /// Output trace file (written to a temporary file, renamed at the end)
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// Open the window when this syscall returns successfully (names or
-    /// numbers, comma-separated; "accept" also means accept4)
+    /// numbers, comma-separated; "accept" also means accept4); after
+    /// --start-func's function has been entered, if it is given
     #[arg(long, value_name = "NAME")]
     pub start_syscall: Option<String>,
     /// Close the window after this syscall (names or numbers)
@@ -28,13 +40,15 @@ pub struct RecordArgs {
     /// returned (TURU's window in §3.1: from accept to the connection's close)
     #[arg(long)]
     pub stop_at_close: bool,
-    /// Open the window at entry to this function
+    /// Open the window at entry to this function (first of the start
+    /// conditions; SYMBOL@FILE looks for it in FILE, see below)
     #[arg(long, value_name = "SYMBOL")]
     pub start_func: Option<String>,
     /// Close the window at entry to this function
     #[arg(long, value_name = "SYMBOL")]
     pub stop_func: Option<String>,
-    /// Open the window after N instructions
+    /// Open the window N instructions after the other start conditions
+    /// have happened (after the start if there are none)
     #[arg(long, value_name = "N")]
     pub skip: Option<u64>,
     /// Close the window after N instructions inside it

@@ -96,9 +96,12 @@ impl Report {
         o += &format!("bunkai trace report: {}\n", self.trace);
         o += &format!("  {} stream(s):\n", self.streams.len());
         for s in &self.streams {
-            let status = match (s.ended, s.exit_status) {
-                ("exit", Some(x)) => format!("exited {x}"),
-                ("exec", _) => "exec'd".into(),
+            let status = match (s.ended, s.exit_status, &s.signal) {
+                ("exit", Some(x), _) => format!("exited {x}"),
+                ("signal", _, Some(sig)) => format!("killed by {sig}"),
+                ("exec", _, _) => "exec'd".into(),
+                ("cut", _, Some(sig)) => format!("cut (killed by {sig})"),
+                ("cut", _, None) => "cut".into(),
                 _ => "no BYE".into(),
             };
             o += &format!(

@@ -61,9 +61,16 @@ pub struct StreamRow {
     pub syscalls: u64,
     /// Increase of the context-switch counters over the stream.
     pub context_switches: Option<u64>,
-    /// "exit" (BYE seen), "exec" (replaced by an exec) or "abnormal".
+    /// "exit" (BYE seen), "signal" (BYE seen, ended by a fatal signal),
+    /// "exec" (replaced by an exec), "cut" (the recorder's CUT: killed, or
+    /// still running at the end) or "abnormal" (neither, a version 1 trace).
     pub ended: &'static str,
     pub exit_status: Option<u64>,
+    /// The signal that ended the process (from BYE, or the recorder's CUT).
+    pub signal: Option<String>,
+    /// Why a cut stream was cut.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<&'static str>,
     /// Segment executions the tool could not store (buffer mode).
     pub dropped: Option<u64>,
 }
@@ -216,16 +223,12 @@ pub fn report_from(trace: &Trace, a: &Analysis, opts: &ReportOptions) -> Report 
     let mut warnings = Vec::new();
     let mut streams = Vec::new();
     for (st, sc) in trace.streams.iter().zip(&a.streams) {
-        let ended = match (&st.bye, sc.exec) {
-            (Some(_), _) => "exit",
-            (None, true) => "exec",
-            (None, false) => "abnormal",
-        };
+        let ended = crate::decode::ending(st.bye.as_ref(), st.cut.as_ref(), sc.exec);
         if let Some(b) = &st.bye {
             if b.dropped > 0 {
                 warnings.push(format!(
-                    "stream {} (pid {}): {} segment executions did not fit the tool's buffer and are missing",
-                    st.id, st.hello.pid, b.dropped
+                    "stream {} (pid {}): the tool's buffer filled; {} segment executions ({} instructions) did not fit and are missing",
+                    st.id, st.hello.pid, b.dropped, b.dropped_instructions
                 ));
             } else if b.instructions != sc.instructions || b.memory_references != sc.memory_references {
                 warnings.push(format!(
@@ -233,6 +236,14 @@ pub fn report_from(trace: &Trace, a: &Analysis, opts: &ReportOptions) -> Report 
                     st.id, st.hello.pid, b.instructions, b.memory_references, sc.instructions, sc.memory_references
                 ));
             }
+        } else if ended == "cut" {
+            warnings.push(format!(
+                "stream {} (pid {}, {}): cut, {}; what it had not sent is missing",
+                st.id,
+                st.hello.pid,
+                st.program_name(),
+                st.cut.as_ref().map(|c| c.reason_text()).unwrap_or("")
+            ));
         } else if ended == "abnormal" {
             warnings.push(format!(
                 "stream {} (pid {}, {}): no BYE, the process was killed or the recording cut short",
@@ -252,7 +263,15 @@ pub fn report_from(trace: &Trace, a: &Analysis, opts: &ReportOptions) -> Report 
             syscalls: sc.syscalls,
             context_switches: sc.context_switches(),
             ended,
-            exit_status: st.bye.as_ref().map(|b| b.exit_status),
+            exit_status: st.bye.as_ref().filter(|b| b.signal == 0).map(|b| b.exit_status),
+            signal: st
+                .bye
+                .as_ref()
+                .map(|b| b.signal)
+                .or(st.cut.as_ref().map(|c| c.signal))
+                .filter(|&s| s != 0)
+                .map(crate::decode::signal_name),
+            cut: if ended == "cut" { st.cut.as_ref().map(|c| c.reason_text()) } else { None },
             dropped: st.bye.as_ref().map(|b| b.dropped),
         });
     }
