@@ -16,7 +16,7 @@ JOBS    ?= $(shell nproc)
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all native cli deps demo test unit e2e bench stress-share clean fetch-sqlite fetch-memcached fetch-apache install uninstall deb
+.PHONY: all native cli deps demo test unit e2e bench stress-share clean fetch-sqlite fetch-zlib fetch-memcached fetch-apache install uninstall deb
 
 all: native cli
 
@@ -37,6 +37,10 @@ deps:
 fetch-sqlite:
 	@bash scripts/fetch-sqlite.sh $(BUILD)/third_party/sqlite
 
+# scatter's drop-in --lib test: Debian's zlib, configured as debian/rules does.
+fetch-zlib:
+	@bash scripts/fetch-zlib.sh $(BUILD)/third_party/zlib
+
 # flow's real-server case study: Debian's memcached, plain and with flow cc.
 fetch-memcached: all
 	@bash scripts/fetch-memcached.sh $(BUILD)/third_party/memcached
@@ -54,10 +58,10 @@ demo: deps all
 unit: all
 	@$(CARGO) test --release --workspace --exclude bunkai-e2e
 
-e2e: all fetch-sqlite fetch-memcached
+e2e: all fetch-sqlite fetch-zlib fetch-memcached
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release -p bunkai-e2e -- --test-threads=2
 
-test: all fetch-sqlite fetch-memcached
+test: all fetch-sqlite fetch-zlib fetch-memcached
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release --workspace -- --test-threads=2
 
 bench: all fetch-sqlite fetch-memcached fetch-apache
