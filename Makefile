@@ -19,7 +19,7 @@ JOBS    ?= $(shell nproc)
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: guest all native cli deps demo test unit e2e bench bench-scatter bench-trace bench-share bench-flow bench-mod bench-cli stress-share clean fetch-sqlite fetch-memcached fetch-apache install uninstall deb
+.PHONY: guest all native cli deps demo test unit e2e bench bench-scatter bench-trace bench-share bench-flow bench-mod bench-cli stress-share clean fetch-sqlite fetch-zlib fetch-memcached fetch-apache install uninstall deb
 
 all: native cli
 
@@ -40,6 +40,10 @@ deps:
 fetch-sqlite:
 	@bash scripts/fetch-sqlite.sh $(BUILD)/third_party/sqlite
 
+# scatter's drop-in --lib test: Debian's zlib, configured as debian/rules does.
+fetch-zlib:
+	@bash scripts/fetch-zlib.sh $(BUILD)/third_party/zlib
+
 # flow's real-server case study: Debian's memcached, plain and with flow cc.
 fetch-memcached: all
 	@bash scripts/fetch-memcached.sh $(BUILD)/third_party/memcached
@@ -58,10 +62,10 @@ demo: deps all
 unit: all
 	@$(CARGO) test --release --workspace --exclude bunkai-e2e
 
-e2e: all fetch-sqlite fetch-memcached
+e2e: all fetch-sqlite fetch-zlib fetch-memcached
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release -p bunkai-e2e -- --test-threads=2
 
-test: all fetch-sqlite fetch-memcached
+test: all fetch-sqlite fetch-zlib fetch-memcached
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release --workspace -- --test-threads=2
 
 # The papers' evaluations. Each target says first how long it takes, from

@@ -18,7 +18,8 @@ PKGS=(
   apache2-bin                                        # trace case study: Apache httpd (run by hand, -X, loopback only)
   qemu-system-x86 linux-image-amd64 busybox-static cpio # trace's full-system guest: QEMU's TCG, Debian's kernel, the initramfs of trace/guest
   iproute2 iputils-ping                              # network namespaces for share/scatter tests and benches
-  pigz lbzip2 xz-utils zstd strace                   # share: real multithreaded programs from Debian (pigz -p 3, lbzip2 -n 3, xz -T3)
+  pigz lbzip2 xz-utils zstd strace                   # share: real multithreaded programs from Debian (pigz -p 3, lbzip2 -n 3, xz -T3); pigz also runs on scatter --lib's zlib
+  binutils                                           # readelf: the scatter --lib test compares exported symbols and versions
   libsqlite3-0 libssl3 liblzma5                      # share: libraries its tests dlopen from threads on other hosts
   cmake ninja-build make pkg-config                  # build of the C/C++ parts
   dpkg-dev tcl                                       # apt-get source, make deb (dpkg-shlibdeps); SQLite's amalgamation needs tclsh

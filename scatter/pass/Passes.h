@@ -2,7 +2,8 @@
 //
 // Pipeline, in this order (the driver runs it with opt-14):
 //   per translation unit:  bunkai-tag-source
-//   on the linked module:  bunkai-assign-ids, bunkai-externalize,
+//   on the linked module:  [bunkai-hide-unexported, for --lib,]
+//                          bunkai-assign-ids, bunkai-externalize,
 //                          bunkai-merge-statics, bunkai-split
 //===----------------------------------------------------------------------===//
 #ifndef BUNKAI_SCATTER_PASSES_H
@@ -14,6 +15,12 @@ namespace bunkai {
 
 // Record each function's source file before modules are linked (§4.2).
 struct TagSourcePass : llvm::PassInfoMixin<TagSourcePass> {
+  llvm::PreservedAnalyses run(llvm::Module &M, llvm::ModuleAnalysisManager &);
+};
+
+// --lib: hide what the original library does not export (its version
+// script's local names), so the other passes treat it as non-public.
+struct HideUnexportedPass : llvm::PassInfoMixin<HideUnexportedPass> {
   llvm::PreservedAnalyses run(llvm::Module &M, llvm::ModuleAnalysisManager &);
 };
 

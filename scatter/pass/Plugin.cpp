@@ -14,6 +14,8 @@ extern "C" LLVM_ATTRIBUTE_WEAK PassPluginLibraryInfo llvmGetPassPluginInfo() {
                    ArrayRef<PassBuilder::PipelineElement>) {
                   if (Name == "bunkai-tag-source")
                     MPM.addPass(bunkai::TagSourcePass());
+                  else if (Name == "bunkai-hide-unexported")
+                    MPM.addPass(bunkai::HideUnexportedPass());
                   else if (Name == "bunkai-assign-ids")
                     MPM.addPass(bunkai::AssignIdsPass());
                   else if (Name == "bunkai-externalize")

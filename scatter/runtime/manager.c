@@ -188,10 +188,34 @@ static void name_of(uint32_t id, char *out, size_t cap) {
 
 #define NO_FUNCTION UINT32_MAX
 
+/* Why a function's library did not load, for the hint after the message. */
+enum cause {
+  CAUSE_OTHER,    /* no hint of ours */
+  CAUSE_MISSING,  /* the library file is not there */
+  CAUSE_MISMATCH, /* it is there, but does not fit the launcher */
+};
+
+/* The hint for a library that would not load. bunkai scatter checks each
+ * library against its launcher before it installs them, so a library that
+ * is there but does not fit comes from another build or was changed since:
+ * copying the output again, or scattering again, would not help. */
+static const char *hint(enum cause c) {
+  if (fetch_wait)
+    return " (check that the origin is up and serves this build; rerun bunkai "
+           "scatter run)";
+  if (c == CAUSE_MISSING)
+    return " (the scattered output is incomplete: copy the launcher's library "
+           "directory with it)";
+  if (c == CAUSE_MISMATCH)
+    return " (the launcher and this library come from different scatter "
+           "outputs, or one was changed: install both from the same one)";
+  return "";
+}
+
 /* One line on stderr and exit 127, like the dynamic loader's own errors.
  * `id` is the function being loaded, or NO_FUNCTION. */
-__attribute__((noreturn)) static void fail(uint32_t id, const char *path,
-                                           const char *why) {
+__attribute__((noreturn)) static void fail_because(uint32_t id, const char *path,
+                                                   const char *why, enum cause c) {
   char name[256], msg[PATH_MAX + 1024];
   char *e = msg + sizeof msg - 2;
   char *p = append(msg, e, "bunkai: ");
@@ -213,10 +237,7 @@ __attribute__((noreturn)) static void fail(uint32_t id, const char *path,
   p = append(p, e, ": ");
   p = append(p, e, why ? why : "unknown error");
   if (id != NO_FUNCTION)
-    p = append(p, e, fetch_wait ? " (check that the origin is up and serves "
-                                  "this build; rerun bunkai scatter run)"
-                                : " (the scattered output is incomplete: copy "
-                                  "it again or rerun bunkai scatter)");
+    p = append(p, e, hint(c));
   p = append(p, e, "\n");
   *p = 0;
   /* What the program printed before this call is its output, as it would
@@ -227,6 +248,18 @@ __attribute__((noreturn)) static void fail(uint32_t id, const char *path,
   put(msg);
   raw3(SYS_exit_group, 127, 0, 0);
   __builtin_unreachable();
+}
+
+__attribute__((noreturn)) static void fail(uint32_t id, const char *path,
+                                           const char *why) {
+  fail_because(id, path, why, CAUSE_OTHER);
+}
+
+/* A library dlopen() refused: missing, or there and not fitting. */
+__attribute__((noreturn)) static void fail_open(uint32_t id, const char *path) {
+  const char *why = dlerror();
+  int missing = raw3(SYS_access, (long)path, F_OK, 0) < 0;
+  fail_because(id, path, why, missing ? CAUSE_MISSING : CAUSE_MISMATCH);
 }
 
 static int env_flag(const char *name, int dflt) {
@@ -403,10 +436,11 @@ static const int32_t *group_table(uint32_t id, uint32_t g) {
   }
   void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
   if (!h)
-    fail(id, path, dlerror());
+    fail_open(id, path);
   t = (const int32_t *)dlsym(h, BUNKAI_GROUP_TABLE);
   if (!t)
-    fail(id, path, "not a group library (no " BUNKAI_GROUP_TABLE ")");
+    fail_because(id, path, "not a group library (no " BUNKAI_GROUP_TABLE ")",
+                 CAUSE_MISMATCH);
   handles[g] = t;
   return t;
 }
@@ -417,13 +451,13 @@ static void *function_body(uint32_t id) {
   library_path(path, sizeof path, BUNKAI_LIB_PREFIX, id);
   void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
   if (!h)
-    fail(id, path, dlerror());
+    fail_open(id, path);
   char *p = append(sym, sym + sizeof sym - 1, BUNKAI_BODY_PREFIX);
   p = append_hex(p, sym + sizeof sym - 1, id);
   *p = 0;
   void *fn = dlsym(h, sym);
   if (!fn)
-    fail(id, path, dlerror());
+    fail_because(id, path, dlerror(), CAUSE_MISMATCH);
   return fn;
 }
 

@@ -2,6 +2,9 @@
 //! directory. Everything is built in a temporary directory beside the output
 //! and renamed into place at the end, so a failure leaves nothing behind.
 
+use crate::check::{self, Scattered, PRIVATE_VERSION};
+use crate::dso::{symbol_name, Dso};
+use crate::linkflags::{self, LinkFlags};
 use crate::lower::{self, Job};
 use crate::layout::{self, MANIFEST};
 use crate::manifest::{FunctionEntry, Globals, Kept, Manifest, Original, FORMAT};
@@ -9,6 +12,7 @@ use crate::stubs::{self, Stub};
 use crate::toolchain::{run, Toolchain};
 use bunkai_common::files::file_size;
 use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -116,17 +120,20 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     // 2. One module.
     let whole = b.one_module(&tus)?;
     b.optimise_whole(&whole, &kinds)?;
-    // 3. The passes.
-    let split = b.split(&whole)?;
-    // 4. The launcher.
-    let launcher_rel = b.launcher(&split)?;
-    // 5. The libraries.
-    let empty_so = b.libraries(&split.stubs)?;
-    b.keep_function_modules(&split.stubs)?;
-    // 6. The original, from the same inputs and flags.
+    // 3. The original, from the same inputs and flags: what a library
+    // exports decides what the passes may hide.
     let original = b.original()?;
+    // 4. The passes.
+    let split = b.split(&whole, &original)?;
+    // 5. The launcher.
+    let launcher_rel = b.launcher(&split)?;
+    // 6. The libraries, and the checks of the result.
+    let (empty_so, search) = b.libraries(&split.stubs)?;
+    b.check(&split.stubs, &launcher_rel, &original, search)?;
+    b.keep_function_modules(&split.stubs)?;
     // 7. Names for the runtime's messages, the manifest, and into place.
     b.write_names(&split.stubs)?;
+    b.soname_link(&launcher_rel)?;
     let manifest = b.manifest(&split, launcher_rel, &empty_so, original);
     manifest.write(&b.root)?;
     let log = decision_log(&manifest, &split.log_text);
@@ -190,6 +197,8 @@ struct Build<'a> {
     libdir_rel: String,
     /// The user's flags, and -fPIC for a library.
     cflags: Vec<String>,
+    /// The user's link flags, split between the launcher and the libraries.
+    link: LinkFlags,
     quiet: String,
     /// The optimisation level in the user's flags.
     level: &'static str,
@@ -227,7 +236,8 @@ impl<'a> Build<'a> {
         }
         let quiet = "-Wno-unused-command-line-argument".to_string();
         let level = opt_level(&opts.flags);
-        Ok(Build { opts, tc, name, root, work, split, libdir_rel, cflags, quiet, level })
+        let link = linkflags::split(&opts.flags);
+        Ok(Build { opts, tc, name, root, work, split, libdir_rel, cflags, quiet, level, link })
     }
 
     /// Step 1: bitcode per input (C compiled with the user's flags),
@@ -305,18 +315,29 @@ impl<'a> Build<'a> {
         Ok(())
     }
 
-    /// Step 3: the passes (ids, externalize, merge statics, split): the
-    /// launcher's bitcode, one module per function in work/split, and what
-    /// the pass says about them.
-    fn split(&self, whole: &Path) -> Result<Split> {
+    /// Step 4: the passes (with --lib, hide what the original does not
+    /// export; ids, externalize, merge statics, split): the launcher's
+    /// bitcode, one module per function in work/split, and what the pass
+    /// says about them.
+    fn split(&self, whole: &Path, original: &OriginalBuild) -> Result<Split> {
         let launcher_bc = self.work.join("launcher.bc");
         let log_path = self.work.join("decisions.log");
         let plugin = self.tc.plugin();
+        let mut passes = String::from("bunkai-assign-ids,bunkai-externalize,bunkai-merge-statics,bunkai-split");
+        let mut opt = Command::new(&self.tc.opt);
+        // -load first: the plugin's options exist only once it is loaded.
+        opt.arg(format!("-load={}", plugin.display()))
+            .arg(format!("-load-pass-plugin={}", plugin.display()));
+        if self.opts.lib {
+            let exported = self.work.join("exported.txt");
+            let d = Dso::read(&original.unstripped)?;
+            let names: BTreeSet<&str> = d.defined.iter().map(|s| symbol_name(s)).collect();
+            std::fs::write(&exported, names.into_iter().map(|n| format!("{n}\n")).collect::<String>())?;
+            opt.arg(format!("-bunkai-exported={}", exported.display()));
+            passes.insert_str(0, "bunkai-hide-unexported,");
+        }
         run(
-            Command::new(&self.tc.opt)
-                .arg(format!("-load={}", plugin.display()))
-                .arg(format!("-load-pass-plugin={}", plugin.display()))
-                .arg("-passes=bunkai-assign-ids,bunkai-externalize,bunkai-merge-statics,bunkai-split")
+            opt.arg(format!("-passes={passes}"))
                 .arg(format!("-bunkai-split-dir={}", self.split.display()))
                 .arg(format!("-bunkai-log={}", log_path.display()))
                 .arg(whole)
@@ -339,9 +360,12 @@ impl<'a> Build<'a> {
         Ok(Split { launcher_bc, stubs, exports, imports, log_text })
     }
 
-    /// Step 4: the launcher (bin/NAME, or lib/libNAME.so with --lib): the
-    /// launcher's bitcode, the stubs and the runtime, linked. Returns its
-    /// path in the output.
+    /// Step 5: the launcher (bin/NAME, or lib/libNAME.so with --lib): the
+    /// launcher's bitcode, the stubs and the runtime, linked with all the
+    /// user's flags. With a version script, the launcher's own symbols get
+    /// a version node of their own after it (PRIVATE_VERSION), so that the
+    /// script's local patterns do not hide them from the function
+    /// libraries. Returns its path in the output.
     fn launcher(&self, s: &Split) -> Result<String> {
         let (opts, tc, name) = (self.opts, &self.tc, &self.name);
         let launcher_rel = if opts.lib {
@@ -370,9 +394,11 @@ impl<'a> Build<'a> {
         link.arg(&launcher_o).arg(&stubs_s);
         link.arg("-Wl,--whole-archive").arg(tc.runtime()).arg("-Wl,--no-whole-archive");
         if opts.lib {
-            link.arg("-shared");
-            if !opts.flags.iter().any(|f| f.contains("-soname")) {
-                link.arg(format!("-Wl,-soname,lib{name}.so"));
+            link.arg("-shared").args(self.default_soname());
+            if self.link.version_script {
+                let map = self.work.join("private.map");
+                std::fs::write(&map, format!("{PRIVATE_VERSION} {{\n  global:\n    {}*;\n}};\n", check::OWN_PREFIX))?;
+                link.arg(format!("-Wl,--version-script,{}", map.display()));
             }
         } else {
             let dynlist = self.work.join("exports.dynlist");
@@ -389,11 +415,21 @@ impl<'a> Build<'a> {
         Ok(launcher_rel)
     }
 
-    /// Step 5: one library per function, and an empty one, which measures
-    /// the per-library overhead (§5.1). Returns the empty library's path.
-    fn libraries(&self, stubs: &[Stub]) -> Result<PathBuf> {
+    /// `-soname libNAME.so` for a library the user gave no SONAME.
+    fn default_soname(&self) -> Vec<String> {
+        match self.link.soname {
+            None if self.opts.lib => vec![format!("-Wl,-soname,lib{}.so", self.name)],
+            _ => vec![],
+        }
+    }
+
+    /// Step 6: one library per function, and an empty one, which measures
+    /// the per-library overhead (§5.1). Returns the empty library's path
+    /// and the link's library directories.
+    fn libraries(&self, stubs: &[Stub]) -> Result<(PathBuf, Vec<PathBuf>)> {
         let (tc, work) = (&self.tc, &self.work);
         let template = lower::link_template(tc, work, &library_link_flags(&self.opts.flags))?;
+        let search = lower::search_dirs(&template);
         let mut jobs = Vec::with_capacity(stubs.len() + 1);
         for st in stubs {
             jobs.push(Job {
@@ -418,7 +454,41 @@ impl<'a> Build<'a> {
             what: "(empty library)".into(),
         });
         lower::run(tc, &template, self.level, jobs, self.opts.jobs, self.opts.progress)?;
-        Ok(empty_so)
+        Ok((empty_so, search))
+    }
+
+    /// Step 6: what the loader will make of the result (check.rs).
+    fn check(&self, stubs: &[Stub], launcher_rel: &str, original: &OriginalBuild, search: Vec<PathBuf>) -> Result<()> {
+        let libdir = self.root.join(&self.libdir_rel);
+        Scattered {
+            launcher: self.root.join(launcher_rel),
+            original: original.unstripped.clone(),
+            drop_in: self.opts.lib,
+            libraries: stubs
+                .iter()
+                .map(|st| check::Library {
+                    path: libdir.join(layout::lib_file(st.id)),
+                    body: format!("{}{:x}", stubs::BODY_PREFIX, st.id),
+                    what: st.name.clone(),
+                })
+                .collect(),
+            search,
+            root: self.root.clone(),
+        }
+        .check()
+    }
+
+    /// Step 7: a library with a SONAME other than its file name gets a link
+    /// by that name beside it (lib/libz.so.1 -> libz.so), as `make install`
+    /// of a library makes: a program that needs it finds it there.
+    fn soname_link(&self, launcher_rel: &str) -> Result<()> {
+        let Some(soname) = self.link.soname.as_deref().filter(|_| self.opts.lib) else { return Ok(()) };
+        let file = Path::new(launcher_rel).file_name().unwrap_or_default();
+        if soname.contains('/') || soname.is_empty() || soname.starts_with('.') || Path::new(soname) == file {
+            return Ok(());
+        }
+        let at = self.root.join(launcher_rel).with_file_name(soname);
+        std::os::unix::fs::symlink(file, &at).with_context(|| format!("cannot create {}", at.display()))
     }
 
     /// Keeps each function's module: `bunkai scatter group` links groups from them.
@@ -432,8 +502,8 @@ impl<'a> Build<'a> {
         Ok(())
     }
 
-    /// Step 6: the original, from the same inputs and flags, stripped into
-    /// original/.
+    /// Step 3: the original, from the same inputs and flags (and the same
+    /// default SONAME as the launcher), stripped into original/.
     fn original(&self) -> Result<OriginalBuild> {
         let (opts, tc, name) = (self.opts, &self.tc, &self.name);
         let orig_name = if opts.lib { format!("lib{name}.so") } else { name.clone() };
@@ -442,7 +512,7 @@ impl<'a> Build<'a> {
         oc.arg("-fuse-ld=lld").args(&self.cflags).arg(&self.quiet).arg("-o").arg(&orig_unstripped);
         oc.args(&opts.inputs);
         if opts.lib {
-            oc.arg("-shared");
+            oc.arg("-shared").args(self.default_soname());
         }
         run(&mut oc, "building the original program")?;
         let orig_rel = format!("original/{orig_name}");
@@ -511,9 +581,10 @@ impl<'a> Build<'a> {
     }
 }
 
-/// How every function or group library is linked: the user's flags, stripped.
+/// How every function or group library is linked: the user's flags without
+/// the library's own link options (linkflags.rs), stripped.
 pub(crate) fn library_link_flags(flags: &[String]) -> Vec<String> {
-    let mut v = flags.to_vec();
+    let mut v = linkflags::split(flags).common;
     v.extend(["-Wl,-s", "-Wl,--build-id=none", "-Wl,--hash-style=gnu"].iter().map(|s| s.to_string()));
     v
 }
@@ -597,8 +668,14 @@ fn decision_log(m: &Manifest, raw: &str) -> Vec<String> {
     }
     for line in raw.lines() {
         let f: Vec<&str> = line.split('\t').collect();
-        if let ["externalize", "rename", old, new] = f.as_slice() {
-            out.push(format!("rename {old} -> {new}: not public, a library may call it"));
+        match f.as_slice() {
+            ["hide", "unexported", name] => {
+                out.push(format!("hide {name}: the original library does not export it"))
+            }
+            ["externalize", "rename", old, new] => {
+                out.push(format!("rename {old} -> {new}: not public, a library may call it"))
+            }
+            _ => {}
         }
     }
     for (name, st, off) in &m.globals.merged {

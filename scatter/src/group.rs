@@ -18,7 +18,9 @@
 //! one library, g<hex>.so, compressed to g<hex>.so.zst; the group map file
 //! tells the manager which group holds which function (§5.2).
 
+use crate::check::{Library, Scattered};
 use crate::driver::{library_link_flags, opt_level};
+use crate::stubs::GROUP_TABLE;
 use crate::lower::{self, Job};
 use crate::manifest::{GroupEntry, Groups, Manifest};
 use crate::profile::{self, function_size};
@@ -229,6 +231,23 @@ pub fn group(opts: &Options) -> Result<Summary> {
         });
     }
     lower::run(&tc, &template, opt_level(&m.clang_flags), jobs, opts.jobs, opts.progress)?;
+    // What the loader will make of them (check.rs); the launcher does not
+    // change, so it is not compared with the original again.
+    Scattered {
+        launcher: out.join(&m.launcher),
+        original: out.join(&m.original.path),
+        drop_in: false,
+        libraries: (0..plan.len() as u32)
+            .map(|gid| Library {
+                path: tmp.path().join(group_file(gid)),
+                body: GROUP_TABLE.into(),
+                what: format!("group {gid:x}"),
+            })
+            .collect(),
+        search: lower::search_dirs(&template),
+        root: tmp.path().to_path_buf(),
+    }
+    .check()?;
 
     // Checksums and compression (with a dictionary when it pays).
     let datas: Vec<Vec<u8>> = (0..plan.len() as u32)

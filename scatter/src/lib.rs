@@ -4,11 +4,16 @@
 //! The pipeline (driver.rs):
 //!   1. compile each C input to bitcode (clang-14) and tag it with its source,
 //!   2. link all bitcode into one module (llvm-link-14),
-//!   3. run the scatter passes (opt-14 + BunkaiScatter.so): assign ids,
-//!      externalize, merge shared statics, split,
-//!   4. generate the stubs (stubs.rs) and link the launcher with the runtime,
-//!   5. lower every per-function module to a shared library (lower.rs),
-//!   6. build the original from the same inputs and flags, for comparison,
+//!   3. build the original from the same inputs and flags (with --lib, what
+//!      it exports decides what the passes may hide: dso.rs reads it),
+//!   4. run the scatter passes (opt-14 + BunkaiScatter.so): with --lib hide
+//!      what the original does not export, assign ids, externalize, merge
+//!      shared statics, split,
+//!   5. generate the stubs (stubs.rs) and link the launcher with the runtime
+//!      and all the user's flags,
+//!   6. lower every per-function module to a shared library (lower.rs) with
+//!      the user's flags minus the library's own link options (linkflags.rs),
+//!      and check what the loader will make of the result (check.rs),
 //!   7. write manifest.json and move the finished directory into place.
 //!
 //! Then, for §5–6: profile.rs records first-call order, group.rs links one
@@ -19,11 +24,14 @@
 //! the command line, `bunkai scatter <verb>`: one file a verb.
 
 pub mod cmd;
+pub mod check;
 pub mod driver;
+pub mod dso;
 pub mod group;
 pub mod http;
 pub mod index;
 pub mod layout;
+pub mod linkflags;
 pub mod lower;
 pub mod manifest;
 pub mod profile;
@@ -48,6 +56,7 @@ mod tests {
         let h = include_str!("../include/bunkai_scatter.h");
         for (name, want) in [
             ("BUNKAI_BODY_PREFIX", crate::stubs::BODY_PREFIX),
+            ("BUNKAI_GROUP_TABLE", crate::stubs::GROUP_TABLE),
             ("BUNKAI_LIB_PREFIX", crate::layout::LIB_PREFIX),
             ("BUNKAI_NAMES_FILE", crate::layout::NAMES_FILE),
         ] {

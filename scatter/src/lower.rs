@@ -54,6 +54,20 @@ pub fn link_template(tc: &Toolchain, work: &Path, link_args: &[String]) -> Resul
     Ok(args)
 }
 
+/// The library directories of a link line (its `-L` arguments), in order.
+pub fn search_dirs(template: &[String]) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    let mut it = template.iter();
+    while let Some(a) = it.next() {
+        if a == "-L" {
+            dirs.extend(it.next().map(PathBuf::from));
+        } else if let Some(d) = a.strip_prefix("-L") {
+            dirs.push(PathBuf::from(d));
+        }
+    }
+    dirs
+}
+
 /// Runs all jobs on `workers` bunkai-lower processes. `opt` is -O0..-O3.
 pub fn run(
     tc: &Toolchain,

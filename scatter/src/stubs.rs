@@ -16,6 +16,8 @@
 use std::fmt::Write;
 
 pub const BODY_PREFIX: &str = "__bunkai_f";
+/// The one symbol a group library exports: its table of bodies.
+pub const GROUP_TABLE: &str = "__bunkai_gtab";
 
 /// One line of the split pass's stubs.tsv.
 #[derive(Debug, Clone, PartialEq)]

@@ -230,6 +230,29 @@ fn missing_library_is_one_clear_error() {
     let line = err.lines().find(|l| l.starts_with("bunkai:")).expect(&err);
     assert!(line.contains("function fib"), "{line}");
     assert!(line.contains(lib.file_name().unwrap().to_str().unwrap()), "{line}");
+    assert!(line.ends_with("(the scattered output is incomplete: copy the launcher's library directory with it)"), "{line}");
+}
+
+#[test]
+fn library_from_another_build_is_named_as_such() {
+    // fib's library replaced by another function's: it loads, but does not
+    // define fib's body. Copying or scattering again would not help.
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    scatter(&out, &features_srcs(), &[], &["-O0", "-lm", "-lpthread"]);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let lib_of = |name: &str| {
+        let f = m["functions"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap();
+        out.join(f["library"].as_str().unwrap())
+    };
+    std::fs::copy(lib_of("cube"), lib_of("fib")).unwrap();
+    let o = run_with_stdin(&mut Command::new(out.join("bin/features")), None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(127), "stderr: {err}");
+    let line = err.lines().find(|l| l.starts_with("bunkai:")).expect(&err);
+    assert!(line.contains("function fib") && line.contains("undefined symbol: __bunkai_f"), "{line}");
+    assert!(line.ends_with("(the launcher and this library come from different scatter outputs, or one was changed: install both from the same one)"), "{line}");
 }
 
 #[test]
