@@ -92,6 +92,7 @@ const API: &[&str] = &[
     "remove_flowid",
     "bkf_table_size",
     "bkf_store",
+    "bkf_buffer_size",
     "bkf_weave",
     "bkf_weave_ex",
     "bkf_weave_guarded",

@@ -163,7 +163,12 @@ pub fn describe(cmd: &Command) -> String {
 /// it, so a test blocked reading it fails instead of hanging. The same
 /// process only: a pid reused meanwhile is left alone.
 pub fn kill_after(child: &std::process::Child, limit: Duration, what: &str) {
-    let pid = child.id();
+    kill_pid_after(child.id(), limit, what)
+}
+
+/// `kill_after` for a process that is not our child (a daemon a test
+/// started: it forked and its parent exited).
+pub fn kill_pid_after(pid: u32, limit: Duration, what: &str) {
     let started = proc_start(pid);
     let what = what.to_string();
     std::thread::spawn(move || {
