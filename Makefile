@@ -54,10 +54,10 @@ demo: deps all
 unit: all
 	@$(CARGO) test --release --workspace --exclude bunkai-e2e
 
-e2e: all fetch-sqlite fetch-memcached
+e2e: all fetch-sqlite fetch-memcached fetch-apache
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release -p bunkai-e2e -- --test-threads=2
 
-test: all fetch-sqlite fetch-memcached
+test: all fetch-sqlite fetch-memcached fetch-apache
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release --workspace -- --test-threads=2
 
 bench: all fetch-sqlite fetch-memcached fetch-apache
