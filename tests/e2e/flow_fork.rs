@@ -43,11 +43,14 @@ fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 }
 
 /// A daemon the test started (not its child: it forked and its parent
-/// exited), killed when the test ends, also by a failed assertion.
+/// exited), killed when the test ends, also by a failed assertion, with
+/// the workers it forked: it leads its own process group (setsid), and
+/// they are in it.
 struct Daemon(u32);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.0)]).output_within(DEADLINE);
         let _ = Command::new("kill").args(["-KILL", &self.0.to_string()]).output_within(DEADLINE);
     }
 }
@@ -84,7 +87,7 @@ fn start_daemon(exe: &Path, port: u16, dir: &Path, bufs: Option<&Path>) -> (u32,
         pid = std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
         pid != 0
     });
-    kill_pid_after(pid, DEADLINE, &what);
+    kill_group_after(pid, DEADLINE, &what);
     let d = Daemon(pid);
     wait_for(&format!("{what} listening on {port}"), Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
     (launcher, d)
@@ -359,7 +362,7 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
             parent = std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
             parent != 0
         });
-        kill_pid_after(parent, DEADLINE, &what);
+        kill_group_after(parent, DEADLINE, &what);
         // its two workers (the parent listens before it forks them; a
         // probing connection would use one up), each with a host of its
         // own when weavable (made at fork, before they dropped to nobody)
@@ -375,7 +378,9 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
     assert!(want.starts_with("HTTP/1.1 200 OK\r\n") && want.contains("bunkai flow on Apache."), "{want}");
     let want404 = http_get(port, "/missing.html");
     assert!(want404.starts_with("HTTP/1.1 404 "), "{want404}");
+    let plain_pid = plain.0;
     drop(plain);
+    wait_for("the plain httpd and its workers to end", Duration::from_secs(30), || group(plain_pid).is_empty());
     let (_httpd, parent, port) = start("flow", Some(&bufs));
 
     let p = parent.to_string();
@@ -437,7 +442,21 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
     assert_eq!(http_get(port, "/missing.html"), want404, "unwoven, 404");
     let after = json_of(&bunkai_in(&bufs, &["flow", "report", "--json", "--all"]));
     assert_eq!(after["flows"].as_array().unwrap().len(), N, "workers forked after the unweave recorded: {after}");
-    // stopped as its init script would
+    // stopped as its init script would: the parent and every worker end
     Command::new("kill").args(["-TERM", &p]).output_within(DEADLINE);
-    wait_for("httpd to stop", Duration::from_secs(30), || std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    wait_for("httpd and its workers to end", Duration::from_secs(30), || group(parent).is_empty());
+}
+
+/// The live processes of process group pgid (zombies left out).
+fn group(pgid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/stat")).is_ok_and(|s| {
+                let f: Vec<&str> = s.rsplit(')').next().unwrap().split_whitespace().collect();
+                f.len() > 3 && f[0] != "Z" && f[3] == pgid.to_string()
+            })
+        })
+        .collect()
 }

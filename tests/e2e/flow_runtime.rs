@@ -28,6 +28,7 @@ const TESTS: &[&str] = &[
     "fork_under_load",
     "signal",
     "weave_flags",
+    "fork_in_advice",
     "weave_guard",
     "weave_many",
 ];
