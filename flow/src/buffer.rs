@@ -602,4 +602,40 @@ pub mod tests {
             let _ = parse(&d);
         }
     }
+
+    /// Which buffers report reads by default: a running writer's (this
+    /// process, this program, this host), not an ended one's, nor one whose
+    /// pid now runs another program or is on another host; --all reads all.
+    #[test]
+    fn the_default_reads_running_writers_buffers() {
+        let d = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap().to_string_lossy().into_owned();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let gone = c.id();
+        c.wait().unwrap();
+        let write = |name: &str, pid: u32, host: &str, exe: &str| {
+            let f = d.path().join(name);
+            std::fs::write(&f, make(pid, host, exe, 4096, &[])).unwrap();
+            f
+        };
+        let mine = write(&format!("bunkai-flow.{me}.buf"), me, &host, &exe);
+        let ended = write(&format!("bunkai-flow.{gone}.buf"), gone, &host, &exe);
+        assert!(writer_runs(&mine) && !writer_runs(&ended));
+        let (v, left) = select(Which::Running, d.path()).unwrap();
+        assert_eq!((v, left), (vec![mine.clone()], 1));
+        // the same pid running another program, or on another host: ended
+        let other = write(&format!("bunkai-flow.{me}.buf"), me, &host, "/usr/sbin/not-this");
+        assert!(!writer_runs(&other));
+        let e = select(Which::Running, d.path()).unwrap_err().to_string();
+        assert!(e.contains("no running process has a buffer") && e.contains("2 of ended processes") && e.contains("--all"), "{e}");
+        write(&format!("bunkai-flow.{me}.buf"), me, "elsewhere", &exe);
+        assert!(!writer_runs(&mine));
+        assert_eq!(select(Which::All, d.path()).unwrap().0.len(), 2);
+        let e = select(Which::Pids(&[gone]), d.path()).unwrap();
+        assert_eq!(e.0, vec![ended]);
+        let e = select(Which::Pids(&[4_000_000]), d.path()).unwrap_err().to_string();
+        assert!(e.contains("no buffer of process 4000000"), "{e}");
+    }
 }

@@ -630,3 +630,21 @@ pub fn unweave(a: &UnweaveOptions) -> Result<std::process::ExitCode> {
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    /// Sizes as BUNKAI_FLOW_BUF takes them; anything else one line.
+    #[test]
+    fn buffer_sizes() {
+        for (s, want) in [("64M", 64u64 << 20), ("1G", 1 << 30), ("256MiB", 256 << 20), ("16K", 16 << 10), ("8192", 8192), ("2T", 0)] {
+            match super::parse_size(s) {
+                Ok(v) => assert_eq!(v, want, "{s}"),
+                Err(e) => assert!(want == 0 && e.to_string().contains("out of range"), "{s}: {e}"),
+            }
+        }
+        for bad in ["", "M", "12X", "-1", "1.5G", "4096"] {
+            let e = super::parse_size(bad).unwrap_err().to_string();
+            assert!(e.contains("not a size") || e.contains("out of range"), "{bad}: {e}");
+        }
+    }
+}
