@@ -993,3 +993,137 @@ fn mutated_protocol_messages_are_refused_and_the_host_keeps_serving() {
     let o = bunkai_ok(&["mod", "list", "--socket", h.sock()]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("answer42"));
 }
+
+/// A host that forks: on "fork" its child prints its pid, its socket and
+/// what answer.value() gives it, then waits; on "forkx" the child exits
+/// normally (its atexit runs).
+const FORK_HOST_C: &str = r#"#include "bunkai_mod.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#define ANSWER(X) X(int, value, (void))
+BUNKAI_INTERFACE(answer, ANSWER)
+static int value(void) {
+  struct bunkai_guard g;
+  const struct answer_ops *a = BUNKAI_ACQUIRE(answer, &g);
+  int v = a ? a->value() : -1;
+  bunkai_release(&g);
+  return v;
+}
+int main(int argc, char **argv) {
+  BUNKAI_EXPECT(answer);
+  if (bunkai_host_start(argc > 1 ? argv[1] : NULL))
+    return 2;
+  printf("socket %s\n", bunkai_host_socket());
+  fflush(stdout);
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+    if (!strncmp(line, "fork", 4)) {
+      if (fork() == 0) {
+        const char *s = bunkai_host_socket();
+        printf("child %d %s %d\n", (int)getpid(), s ? s : "none", value());
+        fflush(stdout);
+        if (line[4] == 'x')
+          exit(0);
+        for (;;)
+          pause();
+      }
+      continue;
+    }
+    printf("value %d\n", value());
+    fflush(stdout);
+  }
+  return 0;
+}
+"#;
+
+/// Processes killed when the test ends, also by a failed assertion: a
+/// forking host's children are not ours, and hold our output open.
+struct KillPids(Vec<u32>);
+
+impl Drop for KillPids {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = Command::new("kill").args(["-KILL", &p.to_string()]).output_within(DEADLINE);
+        }
+    }
+}
+
+/// Every fork child of a host on the default directory gets a host of its
+/// own, `<dir>/<its pid>.sock`, with the modules its parent had at the
+/// fork; unloading in the child leaves the parent's; a child that exits
+/// normally does not remove its parent's socket. A host on an explicit path
+/// gives its children none.
+#[test]
+fn a_fork_child_gets_a_host_of_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("fork-host.c");
+    std::fs::write(&c, FORK_HOST_C).unwrap();
+    let exe = dir.path().join("fork-host");
+    let inc = format!("-I{}", root().join("mod/include").display());
+    let lib = lib_dir().join("libbunkai-host.a");
+    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+    let module = compile_module(ANSWER42, "answer42", dir.path());
+    // the default directory: $XDG_RUNTIME_DIR/bunkai-mod, a private one here
+    let xdg = dir.path().join("run");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for explicit in [false, true] {
+        let mut cmd = Command::new(&exe);
+        if explicit {
+            cmd.arg(dir.path().join("explicit.sock"));
+        }
+        let mut host = cmd
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .env_remove("BUNKAI_HOST_SOCKET")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        kill_after(&host, DEADLINE, "fork-host");
+        let mut ours = KillPids(vec![host.id()]);
+        let mut stdin = host.stdin.take().unwrap();
+        let lines = stdout_lines(&mut host);
+        let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
+        let sock = line().strip_prefix("socket ").unwrap().to_string();
+        if !explicit {
+            assert_eq!(sock, xdg.join(format!("bunkai-mod/{}.sock", host.id())).to_str().unwrap());
+        }
+        bunkai_ok(&["mod", "load", "--socket", &sock, module.to_str().unwrap()]);
+        writeln!(stdin, "fork").unwrap();
+        let child = line();
+        let f: Vec<&str> = child.split(' ').collect();
+        let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
+        ours.0.push(cpid);
+        kill_pid_after(cpid, DEADLINE, "fork-host's child");
+        assert_eq!((f.len(), f[0], f[3]), (4, "child", "42"), "{child}: the child calls the module it inherited");
+        if explicit {
+            assert_eq!(f[2], "none", "a child of a host on an explicit path has no host: {child}");
+        } else {
+            assert_eq!(f[2], xdg.join(format!("bunkai-mod/{cpid}.sock")).to_str().unwrap());
+            let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
+            assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
+            bunkai_ok(&["mod", "unload", "--socket", f[2], "answer42"]);
+            let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
+            assert!(l["modules"].as_array().unwrap().is_empty(), "{l}");
+            // a child exiting normally leaves its parent's socket
+            writeln!(stdin, "forkx").unwrap();
+            let gone: u32 = line().split(' ').nth(1).unwrap().parse().unwrap();
+            let t0 = Instant::now();
+            while std::fs::read_to_string(format!("/proc/{gone}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap().trim_start().starts_with('Z')) {
+                assert!(t0.elapsed() < Duration::from_secs(30), "the exiting child {gone} did not end");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(Path::new(&sock).exists(), "the child's exit removed its parent's socket");
+        }
+        // the parent keeps its module and answers
+        writeln!(stdin, "call").unwrap();
+        assert_eq!(line(), "value 42");
+        let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &sock, "--json"]).stdout).unwrap();
+        assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
+        drop(ours);
+        host.wait().unwrap();
+    }
+}
