@@ -228,6 +228,29 @@ pub fn descendants(root: u32) -> Vec<u32> {
     out
 }
 
+/// Whether process pid has a host socket, waiting up to a second for one
+/// when it has the host library and BUNKAI_HOST=1: a fork child's host
+/// listens 100 ms after the fork (mod/host/fork.c).
+fn await_socket(pid: u32) -> bool {
+    let sock = bunkai_mod::proto::default_socket(pid);
+    if sock.exists() {
+        return true;
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    if !maps.contains("libbunkai-host") || !env.split(|&b| b == 0).any(|v| v == b"BUNKAI_HOST=1") {
+        return false;
+    }
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(1) && state_of(pid).is_some_and(|s| s != 'Z') {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        if bunkai_mod::proto::default_socket(pid).exists() {
+            return true;
+        }
+    }
+    false
+}
+
 /// Connects to process pid's host, saying in one line why not: the process
 /// gone or a zombie (killed: its socket is left with no listener), or the
 /// host refusing.
@@ -238,7 +261,7 @@ fn connect_host(pid: u32) -> Result<bunkai_mod::proto::Host> {
         Some('Z') => bail!("process {pid} is gone: it was killed or exited, and only its parent's wait is left (what was woven into it went with it)"),
         _ => {}
     }
-    if !sock.exists() {
+    if !await_socket(pid) {
         bail!("{}", no_host(pid, &sock));
     }
     bunkai_mod::proto::Host::connect(&sock).map_err(|e| {
@@ -518,7 +541,7 @@ fn weave_descendants(
                 continue;
             }
             let sock = bunkai_mod::proto::default_socket(pid);
-            if !sock.exists() {
+            if !await_socket(pid) {
                 if state_of(pid).is_some() {
                     skipped.push((pid, no_host(pid, &sock)));
                 }
@@ -591,7 +614,7 @@ pub fn unweave(a: &UnweaveOptions) -> Result<std::process::ExitCode> {
     let mut failed: Vec<String> = Vec::new();
     if !a.no_descendants {
         for pid in descendants(a.pid) {
-            if !bunkai_mod::proto::default_socket(pid).exists() {
+            if !await_socket(pid) {
                 continue;
             }
             let Ok(mut h) = connect_host(pid) else { continue };

@@ -148,6 +148,7 @@
 #define npending __bunkai_host_npending
 #define listen_on __bunkai_host_listen_on
 #define start_thread __bunkai_host_start_thread
+#define command_thread __bunkai_host_command_thread
 #define fork_watch __bunkai_host_fork_watch
 
 #pragma GCC visibility push(hidden)
@@ -313,6 +314,7 @@ extern struct pending pending[MAX_PENDING];
 extern int npending;
 int listen_on(const char *path);
 int start_thread(void);
+void *command_thread(void *fd); /* serves the listening socket fd (an intptr_t) */
 
 /* ---- fork.c: a host in every fork child ---------------------------------- */
 

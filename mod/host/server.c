@@ -143,7 +143,7 @@ static int handle(struct pollfd *pf, int n) {
  * each only once it has sent something: until then it waits in `pending`,
  * so a client that connects and stays silent holds up nobody, and is
  * closed after IDLE_MS. */
-static void *command_thread(void *arg) {
+void *command_thread(void *arg) {
   int fd = (int)(intptr_t)arg; /* this thread's socket (a fork child has its own) */
   for (;;) {
     struct pollfd pf[MAX_PENDING + 1];
@@ -161,9 +161,9 @@ static void *command_thread(void *arg) {
   }
 }
 
-/* Binds and listens on `path` with system calls only (fork.c calls it in a
- * fork child): PATH.tmp, listen, then rename, so another host's sweep
- * never finds PATH without a listener. The descriptor, or -1 with errno. */
+/* Binds and listens on `path` with system calls only: PATH.tmp, listen,
+ * then rename, so another host's sweep never finds PATH without a
+ * listener. The descriptor, or -1 with errno. */
 int listen_on(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)

@@ -363,6 +363,7 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
             parent != 0
         });
         kill_group_after(parent, DEADLINE, &what);
+        let guard = Daemon(parent); // from here on, a failure kills the group
         // its two workers (the parent listens before it forks them; a
         // probing connection would use one up), each with a host of its
         // own when weavable (made at fork, before they dropped to nobody)
@@ -370,7 +371,7 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
             let c = children(parent);
             c.len() == 2 && (bufs.is_none() || c.iter().all(|p| bunkai_mod::proto::default_socket(*p).exists()))
         });
-        (Daemon(parent), parent, port)
+        (guard, parent, port)
     };
     // what the plain build answers
     let (plain, _, port) = start("plain", None);

@@ -996,11 +996,13 @@ fn mutated_protocol_messages_are_refused_and_the_host_keeps_serving() {
 
 /// A host that forks: on "fork" its child prints its pid, its socket and
 /// what answer.value() gives it, then waits; on "forkx" the child exits
-/// normally (its atexit runs).
+/// normally (its atexit runs); on "forkq" the child calls _exit at once
+/// and the parent prints its pid.
 const FORK_HOST_C: &str = r#"#include "bunkai_mod.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #define ANSWER(X) X(int, value, (void))
 BUNKAI_INTERFACE(answer, ANSWER)
@@ -1019,8 +1021,20 @@ int main(int argc, char **argv) {
   fflush(stdout);
   char line[64];
   while (fgets(line, sizeof line, stdin)) {
+    if (!strncmp(line, "forkq", 5)) {
+      pid_t p = fork();
+      if (p == 0)
+        _exit(0); /* at once: no atexit */
+      waitpid(p, 0, 0); /* reaped: its pid names no process */
+      printf("quick %d\n", (int)p);
+      fflush(stdout);
+      continue;
+    }
     if (!strncmp(line, "fork", 4)) {
       if (fork() == 0) {
+        /* a fork child's host listens 100 ms after the fork */
+        for (int i = 0; i < 300 && !bunkai_host_socket(); i++)
+          usleep(10000);
         const char *s = bunkai_host_socket();
         printf("child %d %s %d\n", (int)getpid(), s ? s : "none", value());
         fflush(stdout);
@@ -1038,6 +1052,10 @@ int main(int argc, char **argv) {
 }
 "#;
 
+extern "C" {
+    fn geteuid() -> u32;
+}
+
 /// Processes killed when the test ends, also by a failed assertion: a
 /// forking host's children are not ours, and hold our output open.
 struct KillPids(Vec<u32>);
@@ -1051,10 +1069,11 @@ impl Drop for KillPids {
 }
 
 /// Every fork child of a host on the default directory gets a host of its
-/// own, `<dir>/<its pid>.sock`, with the modules its parent had at the
-/// fork; unloading in the child leaves the parent's; a child that exits
-/// normally does not remove its parent's socket. A host on an explicit path
-/// gives its children none.
+/// own, `<dir>/<its pid>.sock` (100 ms after the fork), with the modules
+/// its parent had at the fork; unloading in the child leaves the parent's;
+/// a child that exits normally does not remove its parent's socket, nor
+/// leaves its own. A host on an explicit path gives its children none. A
+/// child that exits at once (_exit) leaves no socket behind.
 #[test]
 fn a_fork_child_gets_a_host_of_its_own() {
     use std::os::unix::fs::PermissionsExt;
@@ -1108,15 +1127,32 @@ fn a_fork_child_gets_a_host_of_its_own() {
             bunkai_ok(&["mod", "unload", "--socket", f[2], "answer42"]);
             let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
             assert!(l["modules"].as_array().unwrap().is_empty(), "{l}");
-            // a child exiting normally leaves its parent's socket
-            writeln!(stdin, "forkx").unwrap();
-            let gone: u32 = line().split(' ').nth(1).unwrap().parse().unwrap();
-            let t0 = Instant::now();
-            while std::fs::read_to_string(format!("/proc/{gone}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap().trim_start().starts_with('Z')) {
-                assert!(t0.elapsed() < Duration::from_secs(30), "the exiting child {gone} did not end");
-                std::thread::sleep(Duration::from_millis(20));
+            // a child exiting normally leaves its parent's socket and
+            // removes its own; one that calls _exit at once never made one
+            for cmd in ["forkx", "forkq"] {
+                writeln!(stdin, "{cmd}").unwrap();
+                let gone: u32 = line().split(' ').nth(1).unwrap().parse().unwrap();
+                let t0 = Instant::now();
+                while std::fs::read_to_string(format!("/proc/{gone}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap().trim_start().starts_with('Z')) {
+                    assert!(t0.elapsed() < Duration::from_secs(30), "the exiting child {gone} did not end");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                assert!(Path::new(&sock).exists(), "{cmd}: the child's exit removed its parent's socket");
+                let own = xdg.join(format!("bunkai-mod/{gone}.sock"));
+                // root's children make their socket at once (they may drop
+                // privileges next): one that calls _exit leaves it, and the
+                // next host to start in the directory removes it
+                if cmd == "forkq" && unsafe { geteuid() } == 0 {
+                    assert!(own.exists(), "root's child made no socket at its fork");
+                    let mut next = Command::new(&exe).env("XDG_RUNTIME_DIR", &xdg).env_remove("BUNKAI_HOST_SOCKET").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+                    kill_after(&next, DEADLINE, "fork-host");
+                    ours.0.push(next.id());
+                    let rx = stdout_lines(&mut next);
+                    let l = rx.recv_timeout(Duration::from_secs(30)).expect("the second host printed nothing");
+                    assert!(l.starts_with("socket "), "{l}");
+                }
+                assert!(!own.exists(), "{cmd}: the child left {}", own.display());
             }
-            assert!(Path::new(&sock).exists(), "the child's exit removed its parent's socket");
         }
         // the parent keeps its module and answers
         writeln!(stdin, "call").unwrap();
