@@ -1163,3 +1163,57 @@ fn a_fork_child_gets_a_host_of_its_own() {
         host.wait().unwrap();
     }
 }
+
+/// The same forking host run by a user other than root: a child's host
+/// starts 100 ms after the fork, so a child that calls `_exit` at once never
+/// makes a socket, while one that lives gets `<dir>/<its pid>.sock`.
+#[test]
+fn a_users_fork_child_gets_its_host_late_and_a_quick_one_none() {
+    use std::os::unix::fs::PermissionsExt;
+    if !need_root("a_users_fork_child_gets_its_host_late_and_a_quick_one_none", "running the host as nobody (setpriv)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = dir.path().join("fork-host.c");
+    std::fs::write(&c, FORK_HOST_C).unwrap();
+    let exe = dir.path().join("fork-host");
+    let inc = format!("-I{}", root().join("mod/include").display());
+    let lib = lib_dir().join("libbunkai-host.a");
+    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+    let xdg = dir.path().join("run");
+    std::fs::create_dir(&xdg).unwrap();
+    std::os::unix::fs::chown(&xdg, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut host = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env_remove("BUNKAI_HOST_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill_after(&host, DEADLINE, "fork-host as nobody");
+    let mut ours = KillPids(vec![host.id()]);
+    let mut stdin = host.stdin.take().unwrap();
+    let lines = stdout_lines(&mut host);
+    let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
+    let sock = line().strip_prefix("socket ").unwrap().to_string();
+    assert_eq!(sock, xdg.join(format!("bunkai-mod/{}.sock", host.id())).to_str().unwrap());
+    writeln!(stdin, "fork").unwrap();
+    let child = line();
+    let f: Vec<&str> = child.split(' ').collect();
+    let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
+    ours.0.push(cpid);
+    assert_eq!(f.get(2).copied(), Some(xdg.join(format!("bunkai-mod/{cpid}.sock")).to_str().unwrap()), "{child}");
+    assert!(xdg.join(format!("bunkai-mod/{cpid}.sock")).exists());
+    writeln!(stdin, "forkq").unwrap();
+    let gone: u32 = line().strip_prefix("quick ").unwrap().parse().unwrap();
+    // reaped by the host before it printed: its threads are gone too
+    assert!(!Path::new(&format!("/proc/{gone}")).exists());
+    let left: Vec<String> = std::fs::read_dir(xdg.join("bunkai-mod")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(!left.contains(&format!("{gone}.sock")), "a child that called _exit at once left its socket: {left:?}");
+    drop(ours);
+    host.wait().unwrap();
+}
