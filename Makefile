@@ -62,10 +62,10 @@ demo: deps all
 unit: all
 	@$(CARGO) test --release --workspace --exclude bunkai-e2e
 
-e2e: all fetch-sqlite fetch-zlib fetch-memcached
+e2e: all fetch-sqlite fetch-zlib fetch-memcached fetch-apache
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release -p bunkai-e2e -- --test-threads=2
 
-test: all fetch-sqlite fetch-zlib fetch-memcached
+test: all fetch-sqlite fetch-zlib fetch-memcached fetch-apache
 	@BUNKAI=$(BUILD)/bin/bunkai BUNKAI_ROOT=$(CURDIR) $(CARGO) test --release --workspace -- --test-threads=2
 
 # The papers' evaluations. Each target says first how long it takes, from

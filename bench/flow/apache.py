@@ -142,7 +142,7 @@ def one_request(lab, svg):
         subprocess.run(["curl", "-s", "-o", "/dev/null", lab.url()], check=True)
     sh(BUNKAI, "flow", "unweave", "--pid", str(p.pid))
     lab.stop(p)
-    rep = json.loads(sh(BUNKAI, "flow", "report", "--json", "--svg", svg, env=dict(os.environ, BUNKAI_FLOW_DIR=bufs)))
+    rep = json.loads(sh(BUNKAI, "flow", "report", "--all", "--json", "--svg", svg, env=dict(os.environ, BUNKAI_FLOW_DIR=bufs)))
     return woven, rep
 
 
@@ -178,7 +178,7 @@ def table3(lab, rounds, n):
                 drops = sum(b["dropped"] for b in d["buffers"])
                 # (every request followed: its report would be 20,000 flows of 422 steps; not needed)
                 if "<xflow" in open(os.path.join(ASPECTS, asp)).read() and recs and asp != "apache-every.xml":
-                    res[m]["flows"].append(len(json.loads(sh(BUNKAI, "flow", "report", "--json", env=benv))["flows"]))
+                    res[m]["flows"].append(len(json.loads(sh(BUNKAI, "flow", "report", "--all", "--json", env=benv))["flows"]))
             res[m]["records"].append(recs)
             res[m]["bytes"].append(byts)
             res[m]["dropped"].append(drops)

@@ -174,7 +174,7 @@ def one_request_each(lab):
     s.close()
     sh(BUNKAI, "flow", "unweave", "--pid", str(p.pid))
     lab.stop(p)
-    rep = json.loads(sh(BUNKAI, "flow", "report", "--json", env=dict(os.environ, BUNKAI_FLOW_DIR=bufs)))
+    rep = json.loads(sh(BUNKAI, "flow", "report", "--all", "--json", env=dict(os.environ, BUNKAI_FLOW_DIR=bufs)))
     return woven, weave_s, replies, rep
 
 
@@ -209,7 +209,7 @@ def table3(lab, rounds, ops, conc, modes=TABLE3_MODES):
                 res[m]["records"].append(sum(b["record_count"] for b in dump["buffers"]))
                 res[m]["dropped"].append(sum(b["dropped"] for b in dump["buffers"]))
                 if "<xflow" in open(os.path.join(ASPECTS, asp)).read() and dump["buffers"]:
-                    rep = json.loads(sh(BUNKAI, "flow", "report", "--json", env=benv))
+                    rep = json.loads(sh(BUNKAI, "flow", "report", "--all", "--json", env=benv))
                     res[m]["flows"].append(len(rep["flows"]))
             else:
                 res[m]["bytes"].append(0)

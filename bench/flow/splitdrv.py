@@ -102,7 +102,7 @@ class Lab:
         benv = dict(os.environ, BUNKAI_FLOW_DIR=bufs)
         dump = json.loads(sh(BUNKAI, "flow", "dump", "--json", *(["--summary"] if summary else []), env=benv)) if aspect else {"buffers": []}
         pic = ["--svg", svg] if svg else []
-        rep = json.loads(sh(BUNKAI, "flow", "report", "--json", "--id-bits", "12", *pic, env=benv)) if aspect and not summary and "<xflow" in open(aspect).read() else None
+        rep = json.loads(sh(BUNKAI, "flow", "report", "--all", "--json", "--id-bits", "12", *pic, env=benv)) if aspect and not summary and "<xflow" in open(aspect).read() else None
         subprocess.run(["rm", "-rf", bufs, ring])
         return {"front": fo.strip(), "back": bo.strip(), "front_pid": front.pid, "woven": woven, "dump": dump,
                 "report": rep, "seconds": float(fo.split(" in ")[-1].split()[0])}

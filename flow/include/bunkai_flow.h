@@ -247,6 +247,14 @@ _Static_assert(sizeof(struct bkf_buf_header) == BKF_BUF_HEADER_SIZE, "record are
 /* Appends a record; used by the STORE_DATA macros of generated advice. */
 void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals);
 
+/* The size of the buffer files this process (and the fork children it
+ * makes from now on) creates, in bytes, header included, in place of
+ * BUNKAI_FLOW_BUF (which means the same): `flow
+ * weave --buffer-size` has the advice module's init call it. A buffer that
+ * exists already keeps its size. 0 when this process has no buffer yet, 1
+ * when it has one (kept), -EINVAL for 0 bytes. */
+int bkf_buffer_size(uint64_t bytes);
+
 /* 4. Weaving (in libbunkai-flow.so: one copy per process, never unloaded)
  *
  * bkf_weave patches n sleds (addresses as mapped in this process) so that

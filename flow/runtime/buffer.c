@@ -2,8 +2,8 @@
  * section 3). Rules: runtime.h.
  *
  * Record buffer: the first bkf_store of a process creates
- * BKF_BUF_DIR/bunkai-flow.<pid>.buf (sparse, BUNKAI_FLOW_BUF bytes, default
- * 64 MiB), fills the header and maps it MAP_SHARED. A thread reserves a
+ * BKF_BUF_DIR/bunkai-flow.<pid>.buf (sparse, bkf_buffer_size's or
+ * BUNKAI_FLOW_BUF bytes, default 64 MiB), fills the header and maps it MAP_SHARED. A thread reserves a
  * chunk of the area at a time with one atomic add on head and writes its
  * records into it with plain stores, each marked complete last (flags =
  * BKF_REC_DONE, release); when a reservation does not fit it adds one to
@@ -127,6 +127,13 @@ static inline struct bthread *bthread_of(struct bthread *t, uint32_t tid) {
   return bthread_takeover(t, i0, tp, tid);
 }
 
+API int bkf_buffer_size(uint64_t bytes) {
+  if (!bytes) return -EINVAL;
+  ST(&G.buf_size, bytes);
+  struct proc *p = LD_ACQ(&G.proc);
+  return p && LD_ACQ(&p->state) == 2 && LD_ACQ(&p->buf_any) && p->pid == (uint32_t)getpid_raw() ? 1 : 0;
+}
+
 static COLD struct bkf_buf_header *buf_create(struct proc *p) {
   uint64_t size = DEFAULT_BUF;
   const char *s = env("BUNKAI_FLOW_BUF");
@@ -134,6 +141,7 @@ static COLD struct bkf_buf_header *buf_create(struct proc *p) {
     int64_t v = parse_size(s);
     if (v >= 0) size = (uint64_t)v;
   }
+  if (LD(&G.buf_size)) size = LD(&G.buf_size);
   if (size == 0) return 0;
   size = (size + PAGE - 1) & ~(PAGE - 1);
   if (size < 2 * PAGE) size = 2 * PAGE;

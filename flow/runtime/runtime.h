@@ -213,6 +213,7 @@ struct globals {
   struct bkf_buf_header *last_buf; /* the mapping the last process created (a child unmaps it) */
   uint64_t last_len;
   struct bthread *last_threads;    /* and its writers' chunks (wiped in a child: unmapped too) */
+  uint64_t buf_size;        /* bkf_buffer_size's, for buffers made from now on (0: the environment's) */
 };
 #define G __bunkai_flow_G
 extern struct globals G;

@@ -1372,6 +1372,68 @@ static void test_weave_flags(char *note) {
   snprintf(note, 256, "64 flag patterns through both trampolines");
 }
 
+/* A fork while another thread is inside advice: that thread does not
+ * exist in the child, so its count of calls in progress must not either
+ * (wipe-on-fork), or the child's unweave would wait for ever. The child
+ * unweaves (under an alarm), and its sled then calls nothing; its
+ * bkf_buffer_size sets the capacity of the buffer it creates. */
+static volatile int fa_inside, fa_hold;
+static uint64_t fa_calls;
+static void fa_handler(struct bkf_frame *f, void *xsave, uint32_t jp, void *arg) {
+  (void)f, (void)xsave, (void)jp, (void)arg;
+  __atomic_add_fetch(&fa_calls, 1, __ATOMIC_SEQ_CST);
+  if (!fa_hold) return;
+  fa_inside = 1;
+  while (fa_hold) sched_yield();
+}
+static void *fa_thread(void *p) {
+  (void)p;
+  probe_flags(0x2);
+  return 0;
+}
+
+static void test_fork_in_advice(char *note) {
+  uint64_t sled = (uint64_t)(uintptr_t)probe_sled;
+  uint32_t jp = 0;
+  CHECK(bkf_weave_ex(1, &sled, &jp, fa_handler, 0, 0) == 0, "weave");
+  fa_hold = 1;
+  pthread_t th;
+  CHECK(pthread_create(&th, 0, fa_thread, 0) == 0, "thread");
+  uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+  while (!fa_inside) {
+    CHECK(ms_since(t0) < 10000, "the thread never reached the advice");
+    sched_yield();
+  }
+  pid_t p = fork();
+  if (p == 0) {
+    alarm(10); /* a child waiting for the parent's thread dies of SIGALRM */
+    fa_hold = 0;
+    if (bkf_unweave(1, &sled) != 0) _exit(40);
+    uint64_t before = fa_calls;
+    probe_flags(0x2);
+    if (fa_calls != before) _exit(41); /* unwoven in the child */
+    if (bkf_buffer_size(64 << 10) != 0) _exit(42); /* no buffer in this process yet */
+    uint64_t v = 7;
+    bkf_store(0xfa, 1, 1, &v);
+    struct bufview c;
+    if (!buf_open(&c, getpid())) _exit(43);
+    if (c.h->capacity + sizeof *c.h != (64 << 10)) _exit(44); /* the file, header included */
+    if (bkf_buffer_size(1 << 20) != 1) _exit(45); /* it has one now: kept */
+    _exit(0);
+  }
+  wait_check(p, "fork child unweaving while a parent thread was in advice");
+  char path[600];
+  buf_path(path, sizeof path, p);
+  unlink(path);
+  fa_hold = 0;
+  pthread_join(th, 0);
+  CHECK(bkf_unweave(1, &sled) == 0, "the parent's unweave");
+  uint64_t before = fa_calls;
+  probe_flags(0x2);
+  CHECK(fa_calls == before, "the parent's sled still calls its handler");
+  snprintf(note, 256, "the child of a fork during advice unwove at once; its buffer took bkf_buffer_size's 64 KiB");
+}
+
 /* A guarded sled: probe_guard(key, flags, &regs) puts key in %rax %rcx
  * %rdx %rbx %rdi %r12 %r15, loads the flags, runs the sled, and returns the
  * flags after it; regs gets the OR of each of those registers XOR key (0:
@@ -1676,6 +1738,7 @@ static const struct {
     {"fork_under_load", test_fork_under_load},
     {"signal", test_signal},
     {"weave_flags", test_weave_flags},
+    {"fork_in_advice", test_fork_in_advice},
     {"weave_guard", test_weave_guard},
     {"weave_many", test_weave_many},
 };

@@ -100,6 +100,7 @@ static struct {
   uint32_t nguards;
   int bmi2;                      /* MULX and RORX: guards possible */
   uint64_t inflight;
+  uint32_t pid;                  /* the process that registered the membarrier commands */
 } W;
 
 /* Read by the trampoline (trampoline_x86_64.S, by name). */
@@ -289,7 +290,19 @@ static void sync_cores(void) {
   if (W.membarrier) sc3(SYS_membarrier, MEMBARRIER_SYNC_CORE, 0, 0);
 }
 
+/* A fork child inherits W but is a new mm: its membarrier commands are
+ * registered again (registering is idempotent) before it weaves or
+ * unweaves, or its sync-core and expedited fences would fail with EPERM. */
+static COLD void membarrier_again(void) {
+  uint32_t pid = (uint32_t)getpid_raw();
+  if (W.pid == pid) return;
+  W.pid = pid;
+  if (W.membarrier) W.membarrier = sc3(SYS_membarrier, MEMBARRIER_REGISTER_SYNC_CORE, 0, 0) == 0;
+  if (W.fast && sc3(SYS_membarrier, MEMBARRIER_REGISTER_EXPEDITED, 0, 0) != 0) W.fast = 0;
+}
+
 static COLD int weave_setup(void) {
+  if (W.ready > 0) membarrier_again();
   if (W.ready) return W.ready > 0;
   uint32_t a, b, c, d;
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
@@ -315,7 +328,13 @@ static COLD int weave_setup(void) {
   __bunkai_flow_modes = (uint8_t *)(W.index + 2 * WEAVE_SLOTS);
   W.guards = (void *)((uintptr_t)(__bunkai_flow_modes + WEAVE_SLOTS + 7) & ~(uintptr_t)7);
   W.membarrier = sc3(SYS_membarrier, MEMBARRIER_REGISTER_SYNC_CORE, 0, 0) == 0;
-  W.fast = sc3(SYS_membarrier, MEMBARRIER_REGISTER_EXPEDITED, 0, 0) == 0;
+  /* A fork child sees the per-thread counts as zeros: the threads that were
+   * in advice when another thread forked do not exist in it, and their
+   * counts would make its unweave wait for ever. Without wipe-on-fork the
+   * shared count is used (a child of a fork during advice then waits). */
+  W.fast = sc3(SYS_madvise, W.threads, THREAD_SLOTS * sizeof(struct tcount), MADV_WIPEONFORK) == 0 &&
+           sc3(SYS_membarrier, MEMBARRIER_REGISTER_EXPEDITED, 0, 0) == 0;
+  W.pid = (uint32_t)getpid_raw();
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
   if (a >= 7) {
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
@@ -722,6 +741,7 @@ API int bkf_unweave(int n, const uint64_t *sleds) {
     if (sleds[i] < lo) lo = sleds[i];
     if (sleds[i] + BKF_SLED_SIZE > hi) hi = sleds[i] + BKF_SLED_SIZE;
   }
+  if (W.ready > 0) membarrier_again();
   if (W.ready <= 0 || text_writable(lo, hi, 1)) {
     rc = W.ready <= 0 ? -ENOENT : -EACCES;
     goto out;

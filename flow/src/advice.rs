@@ -442,6 +442,8 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
         let _ = writeln!(src, "#ifdef BKF_NO_GUARD__\n#define BKF_GUARDS__ ((const struct bkf_guard *)0)\n#else\n#define BKF_GUARDS__ GUARDS__\n#endif");
     }
     let _ = writeln!(src, "static int init__(void) {{");
+    // weave --buffer-size: before any record of this weave
+    let _ = writeln!(src, "#ifdef BKF_BUF_SIZE__\n  bkf_buffer_size(BKF_BUF_SIZE__);\n#endif");
     for x in &a.xflows {
         let _ = writeln!(src, "  T_{0} = bkf_table(\"{0}\");", x.name);
     }
@@ -485,6 +487,7 @@ const VECTOR_FREE_CALLS: &[&str] = &[
     "remove_flowid",
     "bkf_table_size",
     "bkf_store",
+    "bkf_buffer_size",
     "bkf_weave",
     "bkf_weave_ex",
     "bkf_weave_guarded",

@@ -298,6 +298,93 @@ pub fn find(given: &[PathBuf], dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
+/// The pid in a buffer's name (bunkai-flow.<pid>.buf).
+pub fn pid_of(p: &Path) -> Option<u32> {
+    p.file_name()?.to_str()?.strip_prefix("bunkai-flow.")?.strip_suffix(".buf")?.parse().ok()
+}
+
+/// Whether the process that wrote buffer `p` still runs: its pid is alive,
+/// not a zombie, on this host, and runs the program the header names (a pid
+/// reused by another program is not it). A header that cannot be read
+/// counts as the pid's.
+pub fn writer_runs(p: &Path) -> bool {
+    let Some(pid) = pid_of(p) else { return false };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    if stat.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z") {
+        return false;
+    }
+    let mut head = [0u8; HEADER];
+    let read = std::fs::File::open(p).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+    if read.is_err() || u32::from_le_bytes(head[0..4].try_into().unwrap()) != BUF_MAGIC {
+        return true;
+    }
+    let cstr = |b: &[u8]| String::from_utf8_lossy(&b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]).into_owned();
+    let (host, exe) = (cstr(&head[128..192]), cstr(&head[192..384]));
+    let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    if !host.is_empty() && !here.trim().is_empty() && host != here.trim() {
+        return false;
+    }
+    match std::fs::read_link(format!("/proc/{pid}/exe")) {
+        Ok(now) => exe.is_empty() || now.to_string_lossy() == exe,
+        Err(_) => true, // another user's process: its pid is all we can see
+    }
+}
+
+/// Which buffers `report` reads.
+pub enum Which<'a> {
+    /// These files
+    Files(&'a [PathBuf]),
+    /// The buffers of these processes and of their running descendants
+    Pids(&'a [u32]),
+    /// Every buffer in the directory
+    All,
+    /// The buffers of processes that still run (the default)
+    Running,
+}
+
+/// The buffers `which` names, and how many buffers of ended processes the
+/// default left out.
+pub fn select(which: Which, dir: &Path) -> Result<(Vec<PathBuf>, usize)> {
+    match which {
+        Which::Files(f) if !f.is_empty() => Ok((f.to_vec(), 0)),
+        Which::Files(_) | Which::All => Ok((find(&[], dir)?, 0)),
+        Which::Pids(pids) => {
+            let mut v = Vec::new();
+            for &p in pids {
+                let mut tree = vec![p];
+                tree.extend(crate::weave::descendants(p));
+                let mine: Vec<PathBuf> =
+                    tree.iter().map(|q| dir.join(format!("bunkai-flow.{q}.buf"))).filter(|f| f.exists()).collect();
+                if mine.is_empty() {
+                    bail!(
+                        "no buffer of process {p}{} in {} (was advice woven into it and run? BUNKAI_FLOW_DIR must be the process's; --all reads every buffer there)",
+                        if tree.len() > 1 { " or its descendants" } else { "" },
+                        dir.display()
+                    );
+                }
+                for f in mine {
+                    if !v.contains(&f) {
+                        v.push(f);
+                    }
+                }
+            }
+            Ok((v, 0))
+        }
+        Which::Running => {
+            let every = find(&[], dir)?;
+            let (run, ended): (Vec<PathBuf>, Vec<PathBuf>) = every.into_iter().partition(|f| writer_runs(f));
+            if run.is_empty() {
+                bail!(
+                    "no running process has a buffer in {}, which holds {} of ended processes (read them with --all, or name them: --pid PID or the files; bunkai flow clean removes them)",
+                    dir.display(),
+                    ended.len()
+                );
+            }
+            Ok((run, ended.len()))
+        }
+    }
+}
+
 #[cfg(test)]
 pub mod tests {
     use super::*;
@@ -514,5 +601,41 @@ pub mod tests {
             }
             let _ = parse(&d);
         }
+    }
+
+    /// Which buffers report reads by default: a running writer's (this
+    /// process, this program, this host), not an ended one's, nor one whose
+    /// pid now runs another program or is on another host; --all reads all.
+    #[test]
+    fn the_default_reads_running_writers_buffers() {
+        let d = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap().to_string_lossy().into_owned();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let gone = c.id();
+        c.wait().unwrap();
+        let write = |name: &str, pid: u32, host: &str, exe: &str| {
+            let f = d.path().join(name);
+            std::fs::write(&f, make(pid, host, exe, 4096, &[])).unwrap();
+            f
+        };
+        let mine = write(&format!("bunkai-flow.{me}.buf"), me, &host, &exe);
+        let ended = write(&format!("bunkai-flow.{gone}.buf"), gone, &host, &exe);
+        assert!(writer_runs(&mine) && !writer_runs(&ended));
+        let (v, left) = select(Which::Running, d.path()).unwrap();
+        assert_eq!((v, left), (vec![mine.clone()], 1));
+        // the same pid running another program, or on another host: ended
+        let other = write(&format!("bunkai-flow.{me}.buf"), me, &host, "/usr/sbin/not-this");
+        assert!(!writer_runs(&other));
+        let e = select(Which::Running, d.path()).unwrap_err().to_string();
+        assert!(e.contains("no running process has a buffer") && e.contains("2 of ended processes") && e.contains("--all"), "{e}");
+        write(&format!("bunkai-flow.{me}.buf"), me, "elsewhere", &exe);
+        assert!(!writer_runs(&mine));
+        assert_eq!(select(Which::All, d.path()).unwrap().0.len(), 2);
+        let e = select(Which::Pids(&[gone]), d.path()).unwrap();
+        assert_eq!(e.0, vec![ended]);
+        let e = select(Which::Pids(&[4_000_000]), d.path()).unwrap_err().to_string();
+        assert!(e.contains("no buffer of process 4000000"), "{e}");
     }
 }

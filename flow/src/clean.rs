@@ -4,7 +4,8 @@
 //! memory its records took (a sparse file keeps what was written).
 
 use anyhow::{bail, Result};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
 use std::process::ExitCode;
 
 /// `bunkai flow clean`'s options (cmd/clean.rs).
@@ -17,14 +18,7 @@ pub struct CleanOptions {
     pub json: bool,
 }
 
-/// The pid in a buffer's name (bunkai-flow.<pid>.buf).
-fn pid_of(p: &Path) -> Option<u32> {
-    p.file_name()?.to_str()?.strip_prefix("bunkai-flow.")?.strip_suffix(".buf")?.parse().ok()
-}
-
-fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
+use crate::buffer::pid_of;
 
 pub fn clean(a: &CleanOptions) -> Result<ExitCode> {
     let dir = crate::buffer::dir();
@@ -33,12 +27,24 @@ pub fn clean(a: &CleanOptions) -> Result<ExitCode> {
         Err(_) if dir.is_dir() => Vec::new(), // nothing to clean
         Err(e) => return Err(e),
     };
-    let (mut removed, mut kept, mut bytes) = (0u64, 0u64, 0u64);
+    let (mut removed, mut kept, mut others, mut bytes) = (0u64, 0u64, 0u64, 0u64);
     let mut out = String::new();
     let mut listed = Vec::new();
+    // our uid as the kernel sees it: /proc/self belongs to the effective uid
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
     for f in &files {
         let Some(pid) = pid_of(f) else { continue };
-        if !a.all && alive(pid) {
+        // only our own buffers: another user's are theirs to clean (even
+        // for root: a server's workers that dropped to nobody still write)
+        match std::fs::symlink_metadata(f) {
+            Ok(m) if m.uid() == me && m.file_type().is_file() => {}
+            Ok(_) => {
+                others += 1;
+                continue;
+            }
+            Err(_) => continue, // gone meanwhile
+        }
+        if !a.all && crate::buffer::writer_runs(f) {
             kept += 1;
             continue;
         }
@@ -56,18 +62,20 @@ pub fn clean(a: &CleanOptions) -> Result<ExitCode> {
     if a.json {
         let o = serde_json::json!({
             "dir": dir.display().to_string(), "dry_run": a.dry_run, "removed": listed, "bytes": bytes, "kept": kept,
+            "other_users": others,
         });
         crate::stdout(&format!("{o}\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     out += &format!(
-        "{} {} buffer{} ({} MiB held) in {}; kept {} of running processes\n",
+        "{} {} buffer{} ({} MiB held) in {}; kept {} of running processes{}\n",
         if a.dry_run { "would remove" } else { "removed" },
         removed,
         if removed == 1 { "" } else { "s" },
         bytes >> 20,
         dir.display(),
-        kept
+        kept,
+        if others > 0 { format!(" and {others} of other users (theirs to clean)") } else { String::new() }
     );
     crate::stdout(&out)?;
     Ok(ExitCode::SUCCESS)

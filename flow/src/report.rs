@@ -55,6 +55,10 @@ pub struct ReportOptions {
     pub svg: Option<PathBuf>,
     /// One JSON document instead of text
     pub json: bool,
+    /// Only the buffers of these processes and of their running descendants
+    pub pids: Vec<u32>,
+    /// Every buffer in the directory, ended processes' too
+    pub all: bool,
 }
 
 /// Join points by program path, read once each.
@@ -201,7 +205,25 @@ mod parse_id_tests {
 }
 
 pub fn report(a: &ReportOptions) -> Result<ExitCode> {
-    let bufs = load(&a.buffers)?;
+    let dir = buffer::dir();
+    let which = if !a.buffers.is_empty() {
+        buffer::Which::Files(&a.buffers)
+    } else if !a.pids.is_empty() {
+        buffer::Which::Pids(&a.pids)
+    } else if a.all {
+        buffer::Which::All
+    } else {
+        buffer::Which::Running
+    };
+    let (files, left_out) = buffer::select(which, &dir)?;
+    if left_out > 0 && !a.json {
+        eprintln!(
+            "bunkai flow: left out {left_out} buffer{} of ended processes in {} (--all reads them too; bunkai flow clean removes them)",
+            if left_out == 1 { "" } else { "s" },
+            dir.display()
+        );
+    }
+    let bufs: Vec<Buffer> = files.iter().map(|p| buffer::read(p)).collect::<Result<_>>()?;
     let mask = if a.id_bits >= 64 { u64::MAX } else { (1u64 << a.id_bits) - 1 };
     let only = a.flow.as_deref().map(parse_id).transpose()?.map(|f| f & mask);
     let mut t = Tables(HashMap::new());
@@ -267,7 +289,7 @@ pub fn report(a: &ReportOptions) -> Result<ExitCode> {
     let mut s = String::new();
     for b in bufs.iter().filter(|b| b.dropped > 0) {
         s += &format!(
-            "{}/{} ({}) dropped {} record{}: its buffer of {} filled (make it larger: BUNKAI_FLOW_BUF=SIZE in its environment); flows marked \"cut short?\" had steps there\n",
+            "{}/{} ({}) dropped {} record{}: its buffer of {} filled (make it larger: bunkai flow weave --buffer-size SIZE, or BUNKAI_FLOW_BUF=SIZE in its environment); flows marked \"cut short?\" had steps there\n",
             b.host,
             b.pid,
             short(&b.exe),
@@ -331,11 +353,15 @@ fn chrome(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
                        "args": {"name": format!("{} pid {} ({}){dropped}", b.host, b.pid, short(&b.exe))}}));
     }
     for (id, steps) in flows {
+        let cut = cut_short(bufs, steps);
         for (k, s) in steps.iter().enumerate() {
             let ts = s.ns as f64 / 1e3;
             let (pid, tid) = (s.buf + 1, s.tid);
-            ev.push(json!({"ph": "X", "name": s.function, "cat": "bunkai-flow", "pid": pid, "tid": tid, "ts": ts, "dur": 0.1,
-                           "args": {"flow": format!("{id:#x}"), "file": s.file, "line": s.line, "pc": format!("{:#x}", s.pc), "values": s.vals}}));
+            let mut args = json!({"flow": format!("{id:#x}"), "file": s.file, "line": s.line, "pc": format!("{:#x}", s.pc), "values": s.vals});
+            if cut {
+                args["maybe_cut_short"] = json!(true);
+            }
+            ev.push(json!({"ph": "X", "name": s.function, "cat": "bunkai-flow", "pid": pid, "tid": tid, "ts": ts, "dur": 0.1, "args": args}));
             if steps.len() > 1 {
                 let ph = if k == 0 { "s" } else if k + 1 == steps.len() { "f" } else { "t" };
                 let mut e = json!({"ph": ph, "name": "flow", "cat": "bunkai-flow", "id": format!("{id:#x}"), "pid": pid, "tid": tid, "ts": ts});
@@ -360,6 +386,7 @@ fn otel(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
     let mut per_buf: Vec<Vec<Value>> = vec![Vec::new(); bufs.len()];
     for (id, steps) in flows {
         let trace_id = format!("{:016x}{:016x}", 0x626b_666c_6f77u64, id); // "bkflow" + the flow ID
+        let cut = cut_short(bufs, steps);
         for (k, s) in steps.iter().enumerate() {
             let span_id = format!("{:08x}{:08x}", (*id as u32) ^ (*id >> 32) as u32, k as u32 + 1);
             let end = steps.get(k + 1).map_or(s.ns, |n| n.ns);
@@ -375,6 +402,10 @@ fn otel(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
                     kv("bunkai.pc", json!({"stringValue": format!("{:#x}", s.pc)})),
                 ],
             });
+            if cut {
+                // its process's buffer filled: later steps may be missing
+                span["attributes"].as_array_mut().unwrap().push(kv("bunkai.flow.maybe_cut_short", json!({"boolValue": true})));
+            }
             if k > 0 {
                 span["parentSpanId"] = json!(format!("{:08x}{:08x}", (*id as u32) ^ (*id >> 32) as u32, k as u32));
             }
@@ -461,11 +492,12 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String 
         let scale = if span > 0.0 { PW / span } else { 0.0 };
         let _ = writeln!(
             o,
-            "<text x=\"10\" y=\"{}\" font-size=\"12\" font-weight=\"bold\">flow {id:#x}: {} steps, {} process{}, {span:.1} µs</text>",
+            "<text x=\"10\" y=\"{}\" font-size=\"12\" font-weight=\"bold\">flow {id:#x}: {} steps, {} process{}, {span:.1} µs{}</text>",
             y + 14.0,
             steps.len(),
             lanes.len(),
-            if lanes.len() == 1 { "" } else { "es" }
+            if lanes.len() == 1 { "" } else { "es" },
+            if cut_short(bufs, steps) { ", cut short? (a buffer it passed filled)" } else { "" }
         );
         y += 30.0;
         let lane_y = |buf: usize| y + LANE * lanes.iter().position(|&b| b == buf).unwrap_or(0) as f64 + LANE / 2.0;
@@ -475,6 +507,7 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String 
             let _ = writeln!(o, "<rect x=\"{X0}\" y=\"{ly}\" width=\"{PW}\" height=\"{LANE}\" fill=\"{fill}\"/>");
             let name = format!("{}/{} {}", bufs[b].host, bufs[b].pid, short(&bufs[b].exe));
             let name: String = if name.chars().count() > 26 { name.chars().take(25).collect::<String>() + "~" } else { name };
+            let name = if bufs[b].dropped > 0 { format!("{name} ({} dropped)", bufs[b].dropped) } else { name };
             let _ = writeln!(
                 o,
                 "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"{}\">{}</text>",

@@ -82,6 +82,46 @@ pub struct WeaveOptions {
     pub verbose: bool,
     /// Print what was woven as one JSON object on stdout
     pub json: bool,
+    /// Weave only PID, not its descendants
+    pub no_descendants: bool,
+    /// Capacity of the record buffers the woven processes create, in bytes
+    pub buffer_size: Option<u64>,
+}
+
+/// A size as BUNKAI_FLOW_BUF takes it: digits, then K, M, G or T (also KiB,
+/// MiB...), powers of 1024.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(digits);
+    let shift = match unit.trim_end_matches("iB").trim_end_matches('B') {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" | "m" => 20,
+        "G" | "g" => 30,
+        "T" | "t" => 40,
+        _ => bail!("size {s:?} is not a size (digits, then K, M, G or T: 256M, 4G)"),
+    };
+    let v: u64 = n.parse().map_err(|_| anyhow::anyhow!("size {s:?} is not a size (digits, then K, M, G or T: 256M, 4G)"))?;
+    match v.checked_mul(1u64 << shift) {
+        Some(b) if b >= 8192 && b <= 1u64 << 40 => Ok(b),
+        _ => bail!("size {s:?} is out of range (8K to 1T)"),
+    }
+}
+
+/// The record buffer process pid has already, and its size on disk
+/// (sparse length), if any: $BUNKAI_FLOW_DIR from its environment, else
+/// the default directory.
+fn existing_buffer(pid: u32) -> Option<(std::path::PathBuf, u64)> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let dir = env
+        .split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"BUNKAI_FLOW_DIR=").filter(|d| !d.is_empty()))
+        .map(|d| std::path::PathBuf::from(String::from_utf8_lossy(d).into_owned()))
+        .unwrap_or_else(|| std::path::PathBuf::from("/dev/shm"));
+    let p = dir.join(format!("bunkai-flow.{pid}.buf"));
+    let len = std::fs::metadata(&p).ok()?.len();
+    Some((p, len))
 }
 
 /// `bunkai flow unweave`'s options (cmd/unweave.rs).
@@ -92,6 +132,8 @@ pub struct UnweaveOptions {
     pub name: Option<String>,
     /// Print what was unwoven as one JSON object on stdout
     pub json: bool,
+    /// Unweave only PID, not its descendants
+    pub no_descendants: bool,
 }
 
 /// The load bias of the program's image in process pid: where its file
@@ -121,8 +163,8 @@ fn load_bias(pid: u32, exe: &std::path::Path) -> Result<u64> {
 }
 
 /// Why process pid has no module socket, and what to do: the host library
-/// not loaded, loaded but not started (BUNKAI_HOST=1 missing), or started
-/// in another process (a forked child has no socket of its own).
+/// not loaded, loaded but not started (BUNKAI_HOST=1 missing), or a fork
+/// child whose own host did not start.
 fn no_host(pid: u32, sock: &Path) -> String {
     let libdir = bunkai_common::install::helper_libdir().map(|d| d.display().to_string()).unwrap_or_else(|_| "build/lib/bunkai".into());
     let start = format!("BUNKAI_HOST=1 LD_PRELOAD=\"libbunkai-host.so libbunkai-flow.so\" (from {libdir})");
@@ -133,55 +175,130 @@ fn no_host(pid: u32, sock: &Path) -> String {
     let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let host_on = env.split(|&b| b == 0).any(|v| v == b"BUNKAI_HOST=1");
     if !host_on {
-        return format!("process {pid} loaded libbunkai-host.so but did not start its host: BUNKAI_HOST=1 is not in its environment (start the program with {start})");
+        return format!("process {pid} loaded libbunkai-host.so but did not start its host: BUNKAI_HOST=1 is not in its environment (restart it with BUNKAI_HOST=1 beside its LD_PRELOAD, which is right)");
     }
-    let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse::<u32>().ok()));
-    match ppid {
+    match ppid_of(pid) {
         Some(pp) if bunkai_mod::proto::default_socket(pp).exists() => format!(
-            "process {pid} has no module socket {}: it is a forked child of process {pp}, whose host it shares no socket with (weave {pp}; forked workers get no host of their own yet, docs/flow.md)",
+            "process {pid} has no module socket {}: it is a fork child of process {pp}, which has one, but its own host did not start (its stderr says why) (a host on an explicit BUNKAI_HOST_SOCKET gives its fork children none: unset it, restart, and weave {pp} with its descendants)",
             sock.display()
         ),
         _ => format!(
-            "process {pid} has the host library and BUNKAI_HOST=1 but no module socket {} (a forked child, or its host failed to start: see its stderr)",
+            "process {pid} has the host library and BUNKAI_HOST=1 but no module socket {} (its host failed to start: see its stderr)",
             sock.display()
         ),
     }
 }
 
-/// `bunkai flow weave --pid PID ASPECT.xml`: check the aspect against the
-/// running program, generate the advice module, compile it with clang-14,
-/// and load it through bunkai mod's loader; its init patches the sleds.
-pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
-    let t0 = std::time::Instant::now();
-    let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
-        .map_err(|e| anyhow::anyhow!("no process {} to weave into ({e}) (check the pid)", a.pid))?;
-    let exe_s = exe.to_string_lossy().to_string();
-    let (aspect, prog, module) = checked_aspect(&a.aspect, &exe_s, a.name.as_deref())?;
-    let sock = bunkai_mod::proto::default_socket(a.pid);
-    if !sock.exists() {
-        bail!("{}", no_host(a.pid, &sock));
-    }
-    {
-        // woven already under this name: say how to take it out, before any work
-        let mut host = bunkai_mod::proto::Host::connect(&sock)?;
-        let st = host.hello()?;
-        if bunkai_mod::server::loaded_modules(&st)?.iter().any(|m| m.rec.name == module) {
-            bail!(
-                "{module} is woven into process {} already (take it out first: bunkai flow unweave --pid {} --name {module}; or weave this one under another --name)",
-                a.pid,
-                a.pid
-            );
+/// The pid's parent, from /proc/PID/stat (the field after the state).
+fn ppid_of(pid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The state letter of process pid (R, S, Z...), None when it is gone.
+fn state_of(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')').next()?.split_whitespace().next()?.chars().next()
+}
+
+/// Every running descendant of root (children, their children...), parents
+/// before their children, from the ppid of each process in /proc.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut kids: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            if let Some(pp) = ppid_of(pid) {
+                if state_of(pid) != Some('Z') {
+                    kids.entry(pp).or_default().push(pid);
+                }
+            }
         }
     }
-    let bias = load_bias(a.pid, &exe)?;
-    let g = generate(&aspect, &prog, bias, &module)?;
-    let tmp = tempfile::Builder::new().prefix("bunkai-weave").tempdir()?;
-    let dir = a.keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
-    std::fs::create_dir_all(&dir)?;
-    let c = dir.join(format!("{module}.c"));
-    let o = dir.join(format!("{module}.o"));
+    let mut out = Vec::new();
+    let mut queue = std::collections::VecDeque::from([root]);
+    while let Some(p) = queue.pop_front() {
+        let mut k = kids.remove(&p).unwrap_or_default();
+        k.sort_unstable();
+        for c in k {
+            out.push(c);
+            queue.push_back(c);
+        }
+    }
+    out
+}
+
+/// Whether process pid has a host socket, waiting up to a second for one
+/// when it has the host library and BUNKAI_HOST=1: a fork child's host
+/// listens 100 ms after the fork (mod/host/fork.c).
+fn await_socket(pid: u32) -> bool {
+    let sock = bunkai_mod::proto::default_socket(pid);
+    if sock.exists() {
+        return true;
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    if !maps.contains("libbunkai-host") || !env.split(|&b| b == 0).any(|v| v == b"BUNKAI_HOST=1") {
+        return false;
+    }
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(1) && state_of(pid).is_some_and(|s| s != 'Z') {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        if bunkai_mod::proto::default_socket(pid).exists() {
+            return true;
+        }
+    }
+    false
+}
+
+/// Connects to process pid's host, saying in one line why not: the process
+/// gone or a zombie (killed: its socket is left with no listener), or the
+/// host refusing.
+fn connect_host(pid: u32) -> Result<bunkai_mod::proto::Host> {
+    let sock = bunkai_mod::proto::default_socket(pid);
+    match state_of(pid) {
+        None => bail!("no process {pid} (it has ended: what was woven into it went with it)"),
+        Some('Z') => bail!("process {pid} is gone: it was killed or exited, and only its parent's wait is left (what was woven into it went with it)"),
+        _ => {}
+    }
+    if !await_socket(pid) {
+        bail!("{}", no_host(pid, &sock));
+    }
+    bunkai_mod::proto::Host::connect(&sock).map_err(|e| {
+        if state_of(pid).map_or(true, |s| s == 'Z') {
+            anyhow::anyhow!("process {pid} is gone: it ended while we connected (what was woven into it went with it)")
+        } else if format!("{e:#}").contains("Connection refused") {
+            anyhow::anyhow!(
+                "process {pid} runs but nothing listens on {}: a process of that pid died without removing its socket, and this one has no host (start it with BUNKAI_HOST=1 and the preload; remove the stale socket)",
+                sock.display()
+            )
+        } else {
+            e
+        }
+    })
+}
+
+/// The names of the modules loaded in a host.
+fn loaded_names(host: &mut bunkai_mod::proto::Host) -> Result<Vec<String>> {
+    let st = host.hello()?;
+    Ok(bunkai_mod::server::loaded_modules(&st)?.into_iter().map(|m| m.rec.name).collect())
+}
+
+/// An advice module compiled for one image of the program (its load bias).
+struct Built {
+    object: std::path::PathBuf,
+    sleds: usize,
+    guarded: usize,
+    trampoline: &'static str,
+}
+
+/// Generates the advice module for the program at `bias` and compiles it
+/// into `dir` (vector-free when it can); `tag` tells one build's files from
+/// another's.
+fn build_module(a: &WeaveOptions, aspect: &Aspect, prog: &Program, bias: u64, module: &str, dir: &Path, tag: usize) -> Result<Built> {
+    let g = generate(aspect, prog, bias, module)?;
+    let c = dir.join(if tag == 0 { format!("{module}.c") } else { format!("{module}.{tag}.c") });
+    let o = c.with_extension("o");
     std::fs::write(&c, &g.source)?;
     let inc = bunkai_common::install::helper_libdir()?.join("include");
     // an xout's guard needs offsetof its header member, which a bitfield
@@ -196,6 +313,9 @@ pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
         }
         if no_field.get() {
             cc.arg("-DBKF_NO_FIELD_GUARD__");
+        }
+        if let Some(b) = a.buffer_size {
+            cc.arg(format!("-DBKF_BUF_SIZE__={b}ull"));
         }
         if let Some(f) = &a.cflags {
             cc.args(f.split_whitespace());
@@ -236,7 +356,8 @@ pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
             bail!("the advice does not compile: {first} (the C is kept with --keep DIR; xin/xout need the header struct: --cflags \"-include header.h\")");
         }
     }
-    if a.verbose {
+    let verbose = a.verbose && tag == 0;
+    if verbose {
         match &why_full {
             None => eprintln!("bunkai flow: the advice is vector-free: the trampoline skips XSAVE/XRSTOR"),
             Some(why) => eprintln!("bunkai flow: full-state trampoline (XSAVE/XRSTOR): {why}"),
@@ -250,7 +371,7 @@ pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
     } else {
         g.guarded
     };
-    if a.verbose {
+    if verbose {
         if a.no_guard {
             eprintln!("bunkai flow: no guards (--no-guard): every pass through a woven sled calls the handler");
         } else {
@@ -266,71 +387,287 @@ pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
             }
         }
     }
-    let mut host = bunkai_mod::proto::Host::connect(&sock)?;
-    let r = bunkai_mod::server::load(&mut host, &bunkai_mod::server::LoadOptions { file: &o, dirs: vec![], replace: None, copy: false })
+    Ok(Built { object: o, sleds: g.sleds.len(), guarded, trampoline })
+}
+
+/// Loads a built module into process pid through its host; the runtime's
+/// refusal (sleds another aspect holds) said in one line.
+fn load_into(pid: u32, module: &str, object: &Path) -> Result<f64> {
+    let mut host = connect_host(pid)?;
+    let r = bunkai_mod::server::load(&mut host, &bunkai_mod::server::LoadOptions { file: object, dirs: vec![], replace: None, copy: false })
         .map_err(|e| {
             let text = format!("{e:#}");
             if text.contains("init function returned") {
                 // the advice's init is bkf_weave_guarded: it refuses sleds
                 // another weave holds
                 anyhow::anyhow!(
-                    "the runtime refused to patch the sleds {module} selects: another aspect is woven over some of them (bunkai flow unweave it first; `bunkai mod list --pid {}` shows what is loaded)",
-                    a.pid
+                    "the runtime refused to patch the sleds {module} selects in process {pid}: another aspect is woven over some of them (bunkai flow unweave it first; `bunkai mod list --pid {pid}` shows what is loaded)"
                 )
             } else {
                 e
             }
         })?;
+    Ok(r.total_us)
+}
+
+/// What weave did in one process of the tree.
+struct Done {
+    pid: u32,
+    parent: Option<u32>,
+    /// "woven", or "inherited" (forked from a woven process after the weave)
+    how: &'static str,
+    load_us: f64,
+}
+
+/// `bunkai flow weave --pid PID ASPECT.xml`: check the aspect against the
+/// running program, generate the advice module, compile it with clang-14,
+/// and load it through bunkai mod's loader; its init patches the sleds.
+/// Then the same in every descendant of PID that runs the same program
+/// with a host of its own (forked workers, a daemon's children), unless
+/// --no-descendants; children forked after a process is woven have the
+/// aspect already (fork copies the woven code and the host's table). All
+/// or nothing: when one process refuses, the others are unwoven again.
+pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
+    let t0 = std::time::Instant::now();
+    if state_of(a.pid).is_none() {
+        bail!("no process {} to weave into (check the pid)", a.pid);
+    }
+    let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
+        .map_err(|e| anyhow::anyhow!("cannot read /proc/{}/exe: {e} (weave as the process's owner or root)", a.pid))?;
+    let exe_s = exe.to_string_lossy().to_string();
+    let (aspect, prog, module) = checked_aspect(&a.aspect, &exe_s, a.name.as_deref())?;
+    {
+        // woven already under this name: say how to take it out, before any work
+        let mut host = connect_host(a.pid)?;
+        if loaded_names(&mut host)?.contains(&module) {
+            bail!(
+                "{module} is woven into process {} already (take it out first: bunkai flow unweave --pid {} --name {module}; or weave this one under another --name)",
+                a.pid,
+                a.pid
+            );
+        }
+    }
+    let bias = load_bias(a.pid, &exe)?;
+    let tmp = tempfile::Builder::new().prefix("bunkai-weave").tempdir()?;
+    let dir = a.keep.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir)?;
+    let root = build_module(a, &aspect, &prog, bias, &module, &dir, 0)?;
+    let kept = a.buffer_size.and_then(|_| existing_buffer(a.pid));
+    let mut builds: Vec<(u64, std::path::PathBuf)> = vec![(bias, root.object.clone())];
+    let mut done = vec![Done { pid: a.pid, parent: None, how: "woven", load_us: load_into(a.pid, &module, &root.object)? }];
+    let mut skipped: Vec<(u32, String)> = Vec::new();
+    if !a.no_descendants {
+        if let Err(e) = weave_descendants(a, &aspect, &prog, &module, &exe_s, &dir, &mut builds, &mut done, &mut skipped) {
+            let undone: Vec<String> = done.iter().filter(|d| unload_quietly(d.pid, &module)).map(|d| d.pid.to_string()).collect();
+            bail!("{e:#} (nothing is left woven: unwoven again from {})", if undone.is_empty() { "none".into() } else { undone.join(", ") });
+        }
+    }
     if a.json {
+        let procs: Vec<serde_json::Value> = done
+            .iter()
+            .map(|d| serde_json::json!({"pid": d.pid, "parent": d.parent, "how": d.how, "load_us": d.load_us}))
+            .collect();
+        let skip: Vec<serde_json::Value> = skipped.iter().map(|(p, why)| serde_json::json!({"pid": p, "why": why})).collect();
         let o = serde_json::json!({
-            "woven": module, "pid": a.pid, "program": exe_s, "sleds": g.sleds.len(), "guarded": guarded,
-            "trampoline": trampoline, "load_us": r.total_us, "total_ms": t0.elapsed().as_secs_f64() * 1e3,
+            "woven": module, "pid": a.pid, "program": exe_s, "sleds": root.sleds, "guarded": root.guarded,
+            "trampoline": root.trampoline, "load_us": done[0].load_us, "total_ms": t0.elapsed().as_secs_f64() * 1e3,
+            "processes": procs, "skipped": skip, "buffer_size": a.buffer_size,
+            "buffer_kept": kept.as_ref().map(|k| k.0.display().to_string()),
         });
         crate::stdout(&format!("{o}\n"))?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    println!(
-        "bunkai flow: woven {module} into {} ({}): {} sled{} ({guarded} guarded), {trampoline} trampoline, loaded in {:.0} us, {:.1} ms in all",
+    let mut out = format!(
+        "bunkai flow: woven {module} into {} ({}): {} sled{} ({} guarded), {} trampoline, loaded in {:.0} us, {:.1} ms in all\n",
         a.pid,
         exe_s,
-        g.sleds.len(),
-        if g.sleds.len() == 1 { "" } else { "s" },
-        r.total_us,
+        root.sleds,
+        if root.sleds == 1 { "" } else { "s" },
+        root.guarded,
+        root.trampoline,
+        done[0].load_us,
         t0.elapsed().as_secs_f64() * 1e3
     );
+    for d in &done[1..] {
+        let parent = d.parent.map(|p| format!("child of {p}")).unwrap_or_default();
+        if d.how == "inherited" {
+            out += &format!("bunkai flow:   {} ({parent}): has it already, forked after its parent was woven\n", d.pid);
+        } else {
+            out += &format!("bunkai flow:   {} ({parent}): woven, loaded in {:.0} us\n", d.pid, d.load_us);
+        }
+    }
+    for (p, why) in &skipped {
+        out += &format!("bunkai flow:   {p}: not woven: {why}\n");
+    }
+    if let Some((path, len)) = &kept {
+        out += &format!(
+            "bunkai flow: {} has its buffer already ({}, {} MiB) and keeps it: --buffer-size applies to buffers made from now on (its new workers'; `bunkai flow clean` and a restart give it a new one)\n",
+            a.pid,
+            path.display(),
+            len >> 20
+        );
+    }
+    if done.len() > 1 || !skipped.is_empty() {
+        out += &format!("bunkai flow: {} process{} woven ({} skipped)\n", done.len(), if done.len() == 1 { "" } else { "es" }, skipped.len());
+    }
+    crate::stdout(&out)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// `bunkai flow unweave --pid PID [NAME]`: unload the module; its exit
-/// unpatches the sleds and returns when no advice runs.
+/// Weaves every descendant of a.pid that runs the same program and has a
+/// host, until a scan finds none left (a process may fork while we weave).
+#[allow(clippy::too_many_arguments)]
+fn weave_descendants(
+    a: &WeaveOptions,
+    aspect: &Aspect,
+    prog: &Program,
+    module: &str,
+    exe_s: &str,
+    dir: &Path,
+    builds: &mut Vec<(u64, std::path::PathBuf)>,
+    done: &mut Vec<Done>,
+    skipped: &mut Vec<(u32, String)>,
+) -> Result<()> {
+    for _round in 0..8 {
+        let mut new = 0;
+        for pid in descendants(a.pid) {
+            if done.iter().any(|d| d.pid == pid) || skipped.iter().any(|s| s.0 == pid) {
+                continue;
+            }
+            let parent = ppid_of(pid);
+            let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else { continue }; // ended meanwhile
+            if exe.to_string_lossy() != exe_s {
+                skipped.push((pid, format!("it runs {}, not {exe_s} (weave it on its own)", exe.display())));
+                continue;
+            }
+            let sock = bunkai_mod::proto::default_socket(pid);
+            if !await_socket(pid) {
+                if state_of(pid).is_some() {
+                    skipped.push((pid, no_host(pid, &sock)));
+                }
+                continue;
+            }
+            new += 1;
+            let mut host = match connect_host(pid) {
+                Ok(h) => h,
+                Err(_) if state_of(pid).map_or(true, |s| s == 'Z') => continue, // ended meanwhile
+                Err(e) => return Err(e.context(format!("process {pid}, a descendant of {}", a.pid))),
+            };
+            if loaded_names(&mut host)?.iter().any(|n| n == module) {
+                done.push(Done { pid, parent, how: "inherited", load_us: 0.0 });
+                continue;
+            }
+            drop(host);
+            let bias = load_bias(pid, &exe)?;
+            let object = match builds.iter().find(|b| b.0 == bias) {
+                Some(b) => b.1.clone(),
+                None => {
+                    let b = build_module(a, aspect, prog, bias, module, dir, builds.len())?;
+                    builds.push((bias, b.object.clone()));
+                    b.object
+                }
+            };
+            match load_into(pid, module, &object) {
+                Ok(us) => done.push(Done { pid, parent, how: "woven", load_us: us }),
+                Err(_) if state_of(pid).map_or(true, |s| s == 'Z') => continue,
+                Err(e) => bail!("weaving into process {pid}, a descendant of {}: {e:#}", a.pid),
+            }
+        }
+        if new == 0 {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Unloads module from process pid, ignoring failures (a rollback).
+fn unload_quietly(pid: u32, module: &str) -> bool {
+    connect_host(pid).and_then(|mut h| bunkai_mod::server::unload(&mut h, module, false)).is_ok()
+}
+
+/// `bunkai flow unweave --pid PID [NAME]`: unload the module from PID and
+/// from every descendant that has it (a woven worker's own children
+/// inherited it); each module's exit unpatches the sleds and returns when
+/// no advice runs.
 pub fn unweave(a: &UnweaveOptions) -> Result<std::process::ExitCode> {
-    let sock = bunkai_mod::proto::default_socket(a.pid);
-    if !Path::new(&format!("/proc/{}", a.pid)).exists() {
-        bail!("no process {} (it has ended: what was woven into it went with it)", a.pid);
-    }
-    if !sock.exists() {
-        bail!("{}", no_host(a.pid, &sock));
-    }
-    let mut host = bunkai_mod::proto::Host::connect(&sock)?;
+    let mut host = connect_host(a.pid)?;
+    let names = loaded_names(&mut host)?;
     let name = match &a.name {
         Some(n) => n.clone(),
         None => {
-            let st = host.hello()?;
-            let woven: Vec<String> =
-                bunkai_mod::server::loaded_modules(&st)?.into_iter().map(|m| m.rec.name).filter(|n| n.starts_with("flow_")).collect();
+            let woven: Vec<&String> = names.iter().filter(|n| n.starts_with("flow_")).collect();
             match woven.as_slice() {
-                [one] => one.clone(),
+                [one] => (*one).clone(),
                 [] => bail!("nothing is woven into process {}", a.pid),
-                _ => bail!("several aspects are woven into process {}: {} (name one)", a.pid, woven.join(", ")),
+                _ => bail!(
+                    "several aspects are woven into process {}: {} (name one)",
+                    a.pid,
+                    woven.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                ),
             }
         }
     };
+    let mut done: Vec<(u32, Option<u32>, f64)> = Vec::new();
     let r = bunkai_mod::server::unload(&mut host, &name, false)?;
+    drop(host);
+    done.push((a.pid, None, r.total_us));
+    let mut failed: Vec<String> = Vec::new();
+    if !a.no_descendants {
+        for pid in descendants(a.pid) {
+            if !await_socket(pid) {
+                continue;
+            }
+            let Ok(mut h) = connect_host(pid) else { continue };
+            match loaded_names(&mut h) {
+                Ok(n) if n.contains(&name) => {}
+                _ => continue,
+            }
+            match bunkai_mod::server::unload(&mut h, &name, false) {
+                Ok(r) => done.push((pid, ppid_of(pid), r.total_us)),
+                Err(_) if state_of(pid).map_or(true, |s| s == 'Z') => {}
+                Err(e) => failed.push(format!("{pid}: {e:#}")),
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "unwoven {name} from {}, but not from {} (bunkai flow unweave --pid P --no-descendants for each)",
+            done.iter().map(|d| d.0.to_string()).collect::<Vec<_>>().join(", "),
+            failed.join("; ")
+        );
+    }
     if a.json {
-        let o = serde_json::json!({ "unwoven": name, "pid": a.pid, "unload_us": r.total_us });
+        let procs: Vec<serde_json::Value> =
+            done.iter().map(|d| serde_json::json!({"pid": d.0, "parent": d.1, "unload_us": d.2})).collect();
+        let o = serde_json::json!({ "unwoven": name, "pid": a.pid, "unload_us": done[0].2, "processes": procs });
         crate::stdout(&format!("{o}\n"))?;
     } else {
-        println!("bunkai flow: unwoven {name} from {} in {:.0} us", a.pid, r.total_us);
+        let mut out = format!("bunkai flow: unwoven {name} from {} in {:.0} us\n", a.pid, done[0].2);
+        for d in &done[1..] {
+            out += &format!("bunkai flow:   {} (child of {}): unwoven in {:.0} us\n", d.0, d.1.unwrap_or(0), d.2);
+        }
+        if done.len() > 1 {
+            out += &format!("bunkai flow: {} processes unwoven\n", done.len());
+        }
+        crate::stdout(&out)?;
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Sizes as BUNKAI_FLOW_BUF takes them; anything else one line.
+    #[test]
+    fn buffer_sizes() {
+        for (s, want) in [("64M", 64u64 << 20), ("1G", 1 << 30), ("256MiB", 256 << 20), ("16K", 16 << 10), ("8192", 8192), ("2T", 0)] {
+            match super::parse_size(s) {
+                Ok(v) => assert_eq!(v, want, "{s}"),
+                Err(e) => assert!(want == 0 && e.to_string().contains("out of range"), "{s}: {e}"),
+            }
+        }
+        for bad in ["", "M", "12X", "-1", "1.5G", "4096"] {
+            let e = super::parse_size(bad).unwrap_err().to_string();
+            assert!(e.contains("not a size") || e.contains("out of range"), "{bad}: {e}");
+        }
+    }
 }

@@ -48,7 +48,8 @@
  * and its checks, EVICT, the undo), commands.c (HELLO, RESOLVE, UNLOAD,
  * UNLOAD_NAME), socket.c (where the socket lives: the private directory,
  * dead hosts' sockets), server.c (the command thread, bunkai_host_start),
- * preload.c (the one constructor, shared library only).
+ * fork.c (a host of its own in every fork child), preload.c (the one
+ * constructor, shared library only).
  */
 #ifndef BUNKAI_MOD_HOST_H
 #define BUNKAI_MOD_HOST_H
@@ -141,6 +142,14 @@
 #define remove_socket __bunkai_host_remove_socket
 #define sweep_dead_sockets __bunkai_host_sweep_dead_sockets
 #define default_dir __bunkai_host_default_dir
+#define listen_fd __bunkai_host_listen_fd
+#define txn_lock __bunkai_host_txn_lock
+#define pending __bunkai_host_pending
+#define npending __bunkai_host_npending
+#define listen_on __bunkai_host_listen_on
+#define start_thread __bunkai_host_start_thread
+#define command_thread __bunkai_host_command_thread
+#define fork_watch __bunkai_host_fork_watch
 
 #pragma GCC visibility push(hidden)
 
@@ -292,6 +301,24 @@ extern char sock_path[108];
 void remove_socket(void);
 void sweep_dead_sockets(const char *dir);
 int default_dir(char *out, size_t len);
+
+/* ---- server.c: the command thread ------------------------------------------- */
+
+struct pending {
+  int fd;
+  uint64_t since;
+};
+extern int listen_fd;            /* -1: no host in this process */
+extern pthread_mutex_t txn_lock; /* held while a connection is served */
+extern struct pending pending[MAX_PENDING];
+extern int npending;
+int listen_on(const char *path);
+int start_thread(void);
+void *command_thread(void *fd); /* serves the listening socket fd (an intptr_t) */
+
+/* ---- fork.c: a host in every fork child ---------------------------------- */
+
+void fork_watch(int in_default);
 
 #pragma GCC visibility pop
 

@@ -1,7 +1,10 @@
 /*
  * server.c - the command thread: bunkai_host_start makes the socket and
  * starts it; it admits connections, serves them one at a time once they
- * have sent something, and dispatches each message. Rules: host.h.
+ * have sent something, and dispatches each message. Everything it does
+ * after a poll returns holds txn_lock, which fork.c's prepare handler
+ * takes, so a fork never copies a half-done transaction (or a locked
+ * registry) into the child. Rules: host.h.
  */
 #include "host.h"
 
@@ -78,75 +81,123 @@ static void serve(int fd) {
   rollback(&s);
 }
 
-static int listen_fd = -1;
+int listen_fd = -1;
+pthread_mutex_t txn_lock = PTHREAD_MUTEX_INITIALIZER;
+struct pending pending[MAX_PENDING]; /* fork.c closes them in a child */
+int npending;
+
+/* What follows one poll: serve the oldest connection that has sent
+ * something (or hung up), close silent ones, accept. 0 to go on, -1 when
+ * the listening socket failed. Runs under txn_lock. */
+static int handle(struct pollfd *pf, int n) {
+  uint64_t now = now_ns();
+  int ready = -1;
+  for (int k = 0; n > 0 && k < npending && ready < 0; k++)
+    if (pf[k + 1].revents)
+      ready = k;
+  if (ready >= 0) {
+    int fd = pending[ready].fd;
+    pending[ready] = pending[--npending];
+    txn_deadline = now_ns() + (uint64_t)TXN_MS * 1000000u;
+    serve(fd);
+    close(fd);
+    return 0;
+  }
+  for (int k = 0; k < npending;)
+    if (now - pending[k].since > (uint64_t)IDLE_MS * 1000000u) {
+      close(pending[k].fd);
+      pending[k] = pending[--npending];
+    } else {
+      k++;
+    }
+  if (n > 0 && (pf[0].revents & POLLIN)) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE)
+        usleep(10000); /* out of descriptors: not a busy loop meanwhile */
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN ||
+          errno == EMFILE || errno == ENFILE)
+        return 0;
+      return -1;
+    }
+    if (!admit(fd)) {
+      close(fd);
+      return 0;
+    }
+    if (npending == MAX_PENDING) { /* the oldest silent one makes room */
+      int old = 0;
+      for (int k = 1; k < npending; k++)
+        if (pending[k].since < pending[old].since)
+          old = k;
+      close(pending[old].fd);
+      pending[old] = pending[--npending];
+    }
+    pending[npending].fd = fd;
+    pending[npending].since = now_ns();
+    npending++;
+  }
+  return 0;
+}
 
 /* Connections are served one at a time (a connection is a transaction),
  * each only once it has sent something: until then it waits in `pending`,
  * so a client that connects and stays silent holds up nobody, and is
  * closed after IDLE_MS. */
-static void *command_thread(void *arg) {
-  (void)arg;
-  struct {
-    int fd;
-    uint64_t since;
-  } pending[MAX_PENDING];
-  int npending = 0;
+void *command_thread(void *arg) {
+  int fd = (int)(intptr_t)arg; /* this thread's socket (a fork child has its own) */
   for (;;) {
     struct pollfd pf[MAX_PENDING + 1];
-    pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+    pf[0] = (struct pollfd){.fd = fd, .events = POLLIN};
     for (int k = 0; k < npending; k++)
       pf[k + 1] = (struct pollfd){.fd = pending[k].fd, .events = POLLIN};
     int n = poll(pf, (nfds_t)npending + 1, 1000);
     if (n < 0 && errno != EINTR)
       return NULL;
-    uint64_t now = now_ns();
-    /* The oldest connection that has sent something (or hung up). */
-    int ready = -1;
-    for (int k = 0; n > 0 && k < npending && ready < 0; k++)
-      if (pf[k + 1].revents)
-        ready = k;
-    if (ready >= 0) {
-      int fd = pending[ready].fd;
-      pending[ready] = pending[--npending];
-      txn_deadline = now_ns() + (uint64_t)TXN_MS * 1000000u;
-      serve(fd);
-      close(fd);
-      continue;
-    }
-    for (int k = 0; k < npending;)
-      if (now - pending[k].since > (uint64_t)IDLE_MS * 1000000u) {
-        close(pending[k].fd);
-        pending[k] = pending[--npending];
-      } else {
-        k++;
-      }
-    if (n > 0 && (pf[0].revents & POLLIN)) {
-      int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE)
-          usleep(10000); /* out of descriptors: not a busy loop meanwhile */
-        if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN ||
-            errno == EMFILE || errno == ENFILE)
-          continue;
-        return NULL;
-      }
-      if (!admit(fd)) {
-        close(fd);
-        continue;
-      }
-      if (npending == MAX_PENDING) { /* the oldest silent one makes room */
-        int old = 0;
-        for (int k = 1; k < npending; k++)
-          if (pending[k].since < pending[old].since)
-            old = k;
-        close(pending[old].fd);
-        pending[old] = pending[--npending];
-      }
-      pending[npending].fd = fd;
-      pending[npending].since = now_ns();
-      npending++;
-    }
+    pthread_mutex_lock(&txn_lock);
+    int rc = fd == listen_fd ? handle(pf, n) : -1;
+    pthread_mutex_unlock(&txn_lock);
+    if (rc)
+      return NULL;
   }
+}
+
+/* Binds and listens on `path` with system calls only: PATH.tmp, listen,
+ * then rename, so another host's sweep never finds PATH without a
+ * listener. The descriptor, or -1 with errno. */
+int listen_on(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -1;
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  size_t n = strlen(path);
+  memcpy(a.sun_path, path, n + 1);
+  if (n + 4 < sizeof a.sun_path)
+    memcpy(a.sun_path + n, ".tmp", 5); /* else the name at once */
+  unlink(a.sun_path);
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16) ||
+      chmod(a.sun_path, 0600) ||
+      (strcmp(a.sun_path, path) && rename(a.sun_path, path))) {
+    int e = errno;
+    unlink(a.sun_path);
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+/* Starts the command thread on listen_fd with every signal blocked. 0, or
+ * pthread_create's error. */
+int start_thread(void) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, command_thread, (void *)(intptr_t)listen_fd);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!rc)
+    pthread_detach(t);
+  return rc;
 }
 
 EXPORT int bunkai_host_start(const char *path) {
@@ -155,7 +206,8 @@ EXPORT int bunkai_host_start(const char *path) {
   char def[108];
   if (!path)
     path = getenv("BUNKAI_HOST_SOCKET");
-  if (!path || !*path) {
+  int in_default = !path || !*path;
+  if (in_default) {
     if (default_dir(def, sizeof def))
       return -1;
     sweep_dead_sockets(def);
@@ -173,37 +225,21 @@ EXPORT int bunkai_host_start(const char *path) {
                     "(choose a shorter one)\n", path, sizeof sock_path - 1);
     return -1;
   }
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = listen_on(path);
   if (fd < 0) {
-    fprintf(stderr, "bunkai mod: cannot create the host's socket: %s (check "
-                    "the process's descriptor limit)\n", strerror(errno));
-    return -1;
-  }
-  /* Listening before the socket has its name: bind PATH.tmp, listen, then
-   * rename (another host's sweep must never find PATH without a listener). */
-  struct sockaddr_un a = {.sun_family = AF_UNIX};
-  if ((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s.tmp", path) >= sizeof a.sun_path)
-    strcpy(a.sun_path, path); /* no room for the suffix: the name at once */
-  unlink(a.sun_path);
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16) ||
-      chmod(a.sun_path, 0600) ||
-      (strcmp(a.sun_path, path) && rename(a.sun_path, path))) {
     fprintf(stderr, "bunkai mod: cannot listen on %s: %s (check the "
-                    "directory exists and is writable)\n", path,
-            strerror(errno));
-    unlink(a.sun_path);
-    close(fd);
+                    "directory exists and is writable, and the process's "
+                    "descriptor limit)\n", path, strerror(errno));
     return -1;
   }
   strcpy(sock_path, path);
   listen_fd = fd;
-  atexit(remove_socket);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  int rc = pthread_create(&t, NULL, command_thread, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  static int once;
+  if (!once) {
+    once = 1;
+    atexit(remove_socket);
+  }
+  int rc = start_thread();
   if (rc) {
     fprintf(stderr, "bunkai mod: cannot start the host's command thread: %s "
                     "(check the process's thread limit)\n", strerror(rc));
@@ -213,6 +249,6 @@ EXPORT int bunkai_host_start(const char *path) {
     sock_path[0] = 0;
     return -1;
   }
-  pthread_detach(t);
+  fork_watch(in_default);
   return 0;
 }

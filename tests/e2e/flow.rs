@@ -816,7 +816,7 @@ fn dump_and_report_follow_flows_across_processes() {
     }
 
     // report: a flow per packet, crossing the processes in order
-    let v: Value = serde_json::from_slice(&with_dir(&["flow", "report", "--json"]).stdout).unwrap();
+    let v: Value = serde_json::from_slice(&with_dir(&["flow", "report", "--all", "--json"]).stdout).unwrap();
     let flows = v["flows"].as_array().unwrap();
     assert_eq!(flows.len(), n);
     let line = |f: &str| line_of("records", &format!("{f}(")) ;
@@ -850,7 +850,7 @@ fn dump_and_report_follow_flows_across_processes() {
     let first = flows[0]["flow"].as_str().unwrap().to_string();
     let chrome = d.path().join("trace.json");
     let otel = d.path().join("otel.json");
-    let o = with_dir(&["flow", "report", "--flow", &first, "--chrome", chrome.to_str().unwrap(), "--otel", otel.to_str().unwrap()]);
+    let o = with_dir(&["flow", "report", "--all", "--flow", &first, "--chrome", chrome.to_str().unwrap(), "--otel", otel.to_str().unwrap()]);
     let text = String::from_utf8(o.stdout).unwrap();
     assert!(text.starts_with(&format!("flow {first}: ")), "{text}");
     assert!(text.contains("records.c:") && text.contains("back_recv") && text.contains("elapsed [us]"), "{text}");
@@ -1059,7 +1059,7 @@ fn weave_and_unweave_a_running_server() {
     one_line(&err);
     assert!(err.contains("nothing is woven"), "{err}");
     let flows: Value = serde_json::from_slice(
-        &Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout,
+        &Command::new(bunkai()).args(["flow", "report", "--all", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout,
     )
     .unwrap();
     let flows = flows["flows"].as_array().unwrap();
@@ -1135,7 +1135,7 @@ fn flow_ids_cross_the_ring(bitfield: bool) {
     assert!(srv.wait().unwrap().success());
 
     let report = |bits: &str| -> Vec<Value> {
-        let o = Command::new(bunkai()).args(["flow", "report", "--json", "--id-bits", bits]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE);
+        let o = Command::new(bunkai()).args(["flow", "report", "--all", "--json", "--id-bits", bits]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE);
         assert!(o.status.success(), "{o:?}");
         let v: Value = serde_json::from_slice(&o.stdout).unwrap();
         v["flows"].as_array().unwrap().clone()
@@ -1146,7 +1146,7 @@ fn flow_ids_cross_the_ring(bitfield: bool) {
         // the picture: the first 12 flows, a dot per step, each function named
         let svg = d.path().join("flows.svg");
         let o = Command::new(bunkai())
-            .args(["flow", "report", "--id-bits", "56", "--svg", svg.to_str().unwrap()])
+            .args(["flow", "report", "--all", "--id-bits", "56", "--svg", svg.to_str().unwrap()])
             .env("BUNKAI_FLOW_DIR", &bufs)
             .output_within(DEADLINE);
         assert!(o.status.success(), "{o:?}");
@@ -1341,7 +1341,7 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     let u: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("unweave --json: {e}: {o:?}"));
     assert_eq!(u["unwoven"].as_str(), Some(module.as_str()), "{u}");
 
-    let rep: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "report", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout).unwrap();
+    let rep: Value = serde_json::from_slice(&Command::new(bunkai()).args(["flow", "report", "--all", "--json"]).env("BUNKAI_FLOW_DIR", &bufs).output_within(DEADLINE).stdout).unwrap();
     let flows = rep["flows"].as_array().unwrap();
     assert_eq!(flows.len(), 2 * MC_SESSION.len(), "one flow per request: {rep}");
     let places = |f: &Value| -> Vec<(String, u64)> {
@@ -1663,7 +1663,7 @@ fn report_says_what_was_dropped_and_marks_the_flows() {
         .collect();
     assert!(dropped.values().any(|&n| n > 0), "nothing dropped with a 16 KiB buffer: {dropped:?}");
 
-    let v: Value = serde_json::from_slice(&with_dir(&["flow", "report", "--json"]).stdout).unwrap();
+    let v: Value = serde_json::from_slice(&with_dir(&["flow", "report", "--all", "--json"]).stdout).unwrap();
     let procs = v["processes"].as_array().unwrap();
     assert_eq!(procs.len(), dropped.len(), "{v}");
     for p in procs {
@@ -1676,7 +1676,7 @@ fn report_says_what_was_dropped_and_marks_the_flows() {
         assert_eq!(f["maybe_cut_short"].as_bool(), Some(touched_a_full_buffer), "{f}");
     }
 
-    let text = String::from_utf8(with_dir(&["flow", "report"]).stdout).unwrap();
+    let text = String::from_utf8(with_dir(&["flow", "report", "--all"]).stdout).unwrap();
     for (pid, n) in dropped.iter().filter(|(_, &n)| n > 0) {
         let line = text.lines().find(|l| l.contains(&format!("/{pid} ("))).unwrap_or_else(|| panic!("no line for pid {pid}:\n{text}"));
         let n = n.to_string().as_bytes().rchunks(3).rev().map(|c| std::str::from_utf8(c).unwrap()).collect::<Vec<_>>().join(",");
@@ -1685,7 +1685,7 @@ fn report_says_what_was_dropped_and_marks_the_flows() {
     assert!(text.lines().any(|l| l.starts_with("flow ") && l.ends_with(", cut short?")), "{text}");
 
     let (chrome, otel) = (d.path().join("c.json"), d.path().join("o.json"));
-    with_dir(&["flow", "report", "--chrome", chrome.to_str().unwrap(), "--otel", otel.to_str().unwrap()]);
+    with_dir(&["flow", "report", "--all", "--chrome", chrome.to_str().unwrap(), "--otel", otel.to_str().unwrap()]);
     let c = std::fs::read_to_string(&chrome).unwrap();
     assert!(c.contains("records dropped"), "the Chrome trace names no drops");
     let o: Value = serde_json::from_str(&std::fs::read_to_string(&otel).unwrap()).unwrap();
@@ -1697,6 +1697,27 @@ fn report_says_what_was_dropped_and_marks_the_flows() {
         .filter(|a| a["key"] == "bunkai.flow.dropped_records")
         .collect();
     assert!(!attrs.is_empty() && attrs.iter().any(|a| a["value"]["intValue"] != "0"), "{attrs:?}");
+    // flows that passed a full buffer are marked in both exports too
+    let cut = v["flows"].as_array().unwrap().iter().filter(|f| f["maybe_cut_short"] == true).count();
+    assert!(cut > 0);
+    let c: Value = serde_json::from_str(&c).unwrap();
+    let marked: std::collections::BTreeSet<&str> = c["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["args"]["maybe_cut_short"] == true)
+        .map(|e| e["args"]["flow"].as_str().unwrap())
+        .collect();
+    assert_eq!(marked.len(), cut, "Chrome events marked cut short");
+    let spans: std::collections::BTreeSet<&str> = o["resourceSpans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["scopeSpans"][0]["spans"].as_array().unwrap())
+        .filter(|s| s["attributes"].as_array().unwrap().iter().any(|a| a["key"] == "bunkai.flow.maybe_cut_short"))
+        .map(|s| s["traceId"].as_str().unwrap())
+        .collect();
+    assert_eq!(spans.len(), cut, "OTLP traces marked cut short");
 }
 
 /// `flow clean` removes the buffers of ended processes and keeps those of
@@ -1719,6 +1740,15 @@ fn clean_removes_only_ended_processes_buffers() {
         std::fs::write(bufs.join(format!("bunkai-flow.{pid}.buf")), vec![1u8; 8192]).unwrap();
     }
     std::fs::write(bufs.join("other.txt"), "not a buffer").unwrap();
+    // an ended process's buffer that another user owns: theirs to clean
+    let theirs = need_root("clean_removes_only_ended_processes_buffers", "a file of another user (chown)").then(|| {
+        let mut c = Command::new("true").spawn().unwrap();
+        c.wait().unwrap();
+        let f = bufs.join(format!("bunkai-flow.{}.buf", c.id()));
+        std::fs::write(&f, vec![1u8; 8192]).unwrap();
+        std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+        f
+    });
     let names = || -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&bufs).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         v.sort();
@@ -1744,6 +1774,11 @@ fn clean_removes_only_ended_processes_buffers() {
     assert!(out.contains("would remove 2 buffers") && out.contains("kept 1 of running processes"), "{out}");
     let out = run(&["flow", "clean"]);
     assert!(out.contains("removed 2 buffers") && out.contains("kept 1"), "{out}");
+    if let Some(f) = &theirs {
+        assert!(out.contains("and 1 of other users"), "{out}");
+        assert!(f.exists(), "clean removed another user's buffer");
+        std::fs::remove_file(f).unwrap();
+    }
     let mut want = vec![format!("bunkai-flow.{me}.buf"), "other.txt".to_string()];
     want.sort();
     assert_eq!(names(), want);
@@ -1779,15 +1814,20 @@ fn weave_says_why_a_process_has_no_host() {
         child
     };
     let preload = format!("{} {}", lib.join("libbunkai-host.so").display(), lib.join("libbunkai-flow.so").display());
-    for (env, want) in [
-        (vec![], "libbunkai-host.so is not loaded in it"),
-        (vec![("LD_PRELOAD", preload.clone())], "BUNKAI_HOST=1 is not in its environment"),
+    // the fix: the whole start line when the library is missing, only
+    // BUNKAI_HOST=1 when the preload is there already
+    for (env, want, fix) in [
+        (vec![], "libbunkai-host.so is not loaded in it", "BUNKAI_HOST=1 LD_PRELOAD="),
+        (vec![("LD_PRELOAD", preload.clone())], "BUNKAI_HOST=1 is not in its environment", "restart it with BUNKAI_HOST=1 beside its LD_PRELOAD"),
     ] {
         let mut srv = start(&env);
         let pid = srv.id().to_string();
         let (_, err) = bunkai_fails(&["flow", "weave", "--pid", &pid, pk.to_str().unwrap()]);
         one_line(&err);
-        assert!(err.contains(want) && err.contains("BUNKAI_HOST=1 LD_PRELOAD="), "{err}");
+        assert!(err.contains(want) && err.contains(fix), "{err}");
+        if !env.is_empty() {
+            assert!(!err.contains("LD_PRELOAD=\""), "the preload is there: {err}");
+        }
         let (_, err) = bunkai_fails(&["flow", "unweave", "--pid", &pid]);
         assert!(err.contains(want), "{err}");
         srv.kill().unwrap();

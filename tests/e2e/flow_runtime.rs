@@ -28,6 +28,7 @@ const TESTS: &[&str] = &[
     "fork_under_load",
     "signal",
     "weave_flags",
+    "fork_in_advice",
     "weave_guard",
     "weave_many",
 ];
@@ -92,6 +93,7 @@ const API: &[&str] = &[
     "remove_flowid",
     "bkf_table_size",
     "bkf_store",
+    "bkf_buffer_size",
     "bkf_weave",
     "bkf_weave_ex",
     "bkf_weave_guarded",

@@ -993,3 +993,227 @@ fn mutated_protocol_messages_are_refused_and_the_host_keeps_serving() {
     let o = bunkai_ok(&["mod", "list", "--socket", h.sock()]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("answer42"));
 }
+
+/// A host that forks: on "fork" its child prints its pid, its socket and
+/// what answer.value() gives it, then waits; on "forkx" the child exits
+/// normally (its atexit runs); on "forkq" the child calls _exit at once
+/// and the parent prints its pid.
+const FORK_HOST_C: &str = r#"#include "bunkai_mod.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#define ANSWER(X) X(int, value, (void))
+BUNKAI_INTERFACE(answer, ANSWER)
+static int value(void) {
+  struct bunkai_guard g;
+  const struct answer_ops *a = BUNKAI_ACQUIRE(answer, &g);
+  int v = a ? a->value() : -1;
+  bunkai_release(&g);
+  return v;
+}
+int main(int argc, char **argv) {
+  BUNKAI_EXPECT(answer);
+  if (bunkai_host_start(argc > 1 ? argv[1] : NULL))
+    return 2;
+  printf("socket %s\n", bunkai_host_socket());
+  fflush(stdout);
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+    if (!strncmp(line, "forkq", 5)) {
+      pid_t p = fork();
+      if (p == 0)
+        _exit(0); /* at once: no atexit */
+      waitpid(p, 0, 0); /* reaped: its pid names no process */
+      printf("quick %d\n", (int)p);
+      fflush(stdout);
+      continue;
+    }
+    if (!strncmp(line, "fork", 4)) {
+      if (fork() == 0) {
+        /* a fork child's host listens 100 ms after the fork */
+        for (int i = 0; i < 300 && !bunkai_host_socket(); i++)
+          usleep(10000);
+        const char *s = bunkai_host_socket();
+        printf("child %d %s %d\n", (int)getpid(), s ? s : "none", value());
+        fflush(stdout);
+        if (line[4] == 'x')
+          exit(0);
+        for (;;)
+          pause();
+      }
+      continue;
+    }
+    printf("value %d\n", value());
+    fflush(stdout);
+  }
+  return 0;
+}
+"#;
+
+extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// Processes killed when the test ends, also by a failed assertion: a
+/// forking host's children are not ours, and hold our output open.
+struct KillPids(Vec<u32>);
+
+impl Drop for KillPids {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = Command::new("kill").args(["-KILL", &p.to_string()]).output_within(DEADLINE);
+        }
+    }
+}
+
+/// Every fork child of a host on the default directory gets a host of its
+/// own, `<dir>/<its pid>.sock` (100 ms after the fork), with the modules
+/// its parent had at the fork; unloading in the child leaves the parent's;
+/// a child that exits normally does not remove its parent's socket, nor
+/// leaves its own. A host on an explicit path gives its children none. A
+/// child that exits at once (_exit) leaves no socket behind.
+#[test]
+fn a_fork_child_gets_a_host_of_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("fork-host.c");
+    std::fs::write(&c, FORK_HOST_C).unwrap();
+    let exe = dir.path().join("fork-host");
+    let inc = format!("-I{}", root().join("mod/include").display());
+    let lib = lib_dir().join("libbunkai-host.a");
+    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+    let module = compile_module(ANSWER42, "answer42", dir.path());
+    // the default directory: $XDG_RUNTIME_DIR/bunkai-mod, a private one here
+    let xdg = dir.path().join("run");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for explicit in [false, true] {
+        let mut cmd = Command::new(&exe);
+        if explicit {
+            cmd.arg(dir.path().join("explicit.sock"));
+        }
+        let mut host = cmd
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .env_remove("BUNKAI_HOST_SOCKET")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        kill_after(&host, DEADLINE, "fork-host");
+        let mut ours = KillPids(vec![host.id()]);
+        let mut stdin = host.stdin.take().unwrap();
+        let lines = stdout_lines(&mut host);
+        let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
+        let sock = line().strip_prefix("socket ").unwrap().to_string();
+        if !explicit {
+            assert_eq!(sock, xdg.join(format!("bunkai-mod/{}.sock", host.id())).to_str().unwrap());
+        }
+        bunkai_ok(&["mod", "load", "--socket", &sock, module.to_str().unwrap()]);
+        writeln!(stdin, "fork").unwrap();
+        let child = line();
+        let f: Vec<&str> = child.split(' ').collect();
+        let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
+        ours.0.push(cpid);
+        kill_pid_after(cpid, DEADLINE, "fork-host's child");
+        assert_eq!((f.len(), f[0], f[3]), (4, "child", "42"), "{child}: the child calls the module it inherited");
+        if explicit {
+            assert_eq!(f[2], "none", "a child of a host on an explicit path has no host: {child}");
+        } else {
+            assert_eq!(f[2], xdg.join(format!("bunkai-mod/{cpid}.sock")).to_str().unwrap());
+            let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
+            assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
+            bunkai_ok(&["mod", "unload", "--socket", f[2], "answer42"]);
+            let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
+            assert!(l["modules"].as_array().unwrap().is_empty(), "{l}");
+            // a child exiting normally leaves its parent's socket and
+            // removes its own; one that calls _exit at once never made one
+            for cmd in ["forkx", "forkq"] {
+                writeln!(stdin, "{cmd}").unwrap();
+                let gone: u32 = line().split(' ').nth(1).unwrap().parse().unwrap();
+                let t0 = Instant::now();
+                while std::fs::read_to_string(format!("/proc/{gone}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap().trim_start().starts_with('Z')) {
+                    assert!(t0.elapsed() < Duration::from_secs(30), "the exiting child {gone} did not end");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                assert!(Path::new(&sock).exists(), "{cmd}: the child's exit removed its parent's socket");
+                let own = xdg.join(format!("bunkai-mod/{gone}.sock"));
+                // root's children make their socket at once (they may drop
+                // privileges next): one that calls _exit leaves it, and the
+                // next host to start in the directory removes it
+                if cmd == "forkq" && unsafe { geteuid() } == 0 {
+                    assert!(own.exists(), "root's child made no socket at its fork");
+                    let mut next = Command::new(&exe).env("XDG_RUNTIME_DIR", &xdg).env_remove("BUNKAI_HOST_SOCKET").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+                    kill_after(&next, DEADLINE, "fork-host");
+                    ours.0.push(next.id());
+                    let rx = stdout_lines(&mut next);
+                    let l = rx.recv_timeout(Duration::from_secs(30)).expect("the second host printed nothing");
+                    assert!(l.starts_with("socket "), "{l}");
+                }
+                assert!(!own.exists(), "{cmd}: the child left {}", own.display());
+            }
+        }
+        // the parent keeps its module and answers
+        writeln!(stdin, "call").unwrap();
+        assert_eq!(line(), "value 42");
+        let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &sock, "--json"]).stdout).unwrap();
+        assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
+        drop(ours);
+        host.wait().unwrap();
+    }
+}
+
+/// The same forking host run by a user other than root: a child's host
+/// starts 100 ms after the fork, so a child that calls `_exit` at once never
+/// makes a socket, while one that lives gets `<dir>/<its pid>.sock`.
+#[test]
+fn a_users_fork_child_gets_its_host_late_and_a_quick_one_none() {
+    use std::os::unix::fs::PermissionsExt;
+    if !need_root("a_users_fork_child_gets_its_host_late_and_a_quick_one_none", "running the host as nobody (setpriv)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = dir.path().join("fork-host.c");
+    std::fs::write(&c, FORK_HOST_C).unwrap();
+    let exe = dir.path().join("fork-host");
+    let inc = format!("-I{}", root().join("mod/include").display());
+    let lib = lib_dir().join("libbunkai-host.a");
+    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+    let xdg = dir.path().join("run");
+    std::fs::create_dir(&xdg).unwrap();
+    std::os::unix::fs::chown(&xdg, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut host = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env_remove("BUNKAI_HOST_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill_after(&host, DEADLINE, "fork-host as nobody");
+    let mut ours = KillPids(vec![host.id()]);
+    let mut stdin = host.stdin.take().unwrap();
+    let lines = stdout_lines(&mut host);
+    let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
+    let sock = line().strip_prefix("socket ").unwrap().to_string();
+    assert_eq!(sock, xdg.join(format!("bunkai-mod/{}.sock", host.id())).to_str().unwrap());
+    writeln!(stdin, "fork").unwrap();
+    let child = line();
+    let f: Vec<&str> = child.split(' ').collect();
+    let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
+    ours.0.push(cpid);
+    assert_eq!(f.get(2).copied(), Some(xdg.join(format!("bunkai-mod/{cpid}.sock")).to_str().unwrap()), "{child}");
+    assert!(xdg.join(format!("bunkai-mod/{cpid}.sock")).exists());
+    writeln!(stdin, "forkq").unwrap();
+    let gone: u32 = line().strip_prefix("quick ").unwrap().parse().unwrap();
+    // reaped by the host before it printed: its threads are gone too
+    assert!(!Path::new(&format!("/proc/{gone}")).exists());
+    let left: Vec<String> = std::fs::read_dir(xdg.join("bunkai-mod")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(!left.contains(&format!("{gone}.sock")), "a child that called _exit at once left its socket: {left:?}");
+    drop(ours);
+    host.wait().unwrap();
+}

@@ -163,7 +163,23 @@ pub fn describe(cmd: &Command) -> String {
 /// it, so a test blocked reading it fails instead of hanging. The same
 /// process only: a pid reused meanwhile is left alone.
 pub fn kill_after(child: &std::process::Child, limit: Duration, what: &str) {
-    let pid = child.id();
+    kill_pid_after(child.id(), limit, what)
+}
+
+/// `kill_after` for a process that is not our child (a daemon a test
+/// started: it forked and its parent exited).
+pub fn kill_pid_after(pid: u32, limit: Duration, what: &str) {
+    kill_after_as(pid, limit, what, false)
+}
+
+/// `kill_pid_after` for a daemon that leads its own process group (it
+/// called setsid, as memcached -d and httpd do): the whole group is killed,
+/// the workers it forked with it.
+pub fn kill_group_after(pid: u32, limit: Duration, what: &str) {
+    kill_after_as(pid, limit, what, true)
+}
+
+fn kill_after_as(pid: u32, limit: Duration, what: &str, group: bool) {
     let started = proc_start(pid);
     let what = what.to_string();
     std::thread::spawn(move || {
@@ -176,7 +192,8 @@ pub fn kill_after(child: &std::process::Child, limit: Duration, what: &str) {
         }
         if started.is_some() && proc_start(pid) == started {
             eprintln!("`{what}` (pid {pid}): no end within {limit:?} (killed)");
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let target = if group { format!("-{pid}") } else { pid.to_string() };
+            let _ = Command::new("kill").args(["-KILL", "--", &target]).status();
         }
     });
 }

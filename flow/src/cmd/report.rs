@@ -8,8 +8,18 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct ReportArgs {
-    /// Buffer files (default: every bunkai-flow.*.buf in $BUNKAI_FLOW_DIR or /dev/shm)
+    /// Buffer files (default: the buffers in $BUNKAI_FLOW_DIR or /dev/shm
+    /// of processes that still run; --pid or --all for others)
+    #[arg(conflicts_with_all = ["pid", "all"])]
     pub buffers: Vec<PathBuf>,
+    /// Only the buffers of process PID and of its running descendants (a
+    /// server's workers); repeat it for more
+    #[arg(long, value_name = "PID", conflicts_with = "all")]
+    pub pid: Vec<u32>,
+    /// Every buffer in the directory, those of ended processes too (left
+    /// out by default: `bunkai flow clean` removes them)
+    #[arg(long)]
+    pub all: bool,
     /// Which stored value is the flow ID, counted from 0; negative counts
     /// from the end (default -1: the last, as in STORE_DATA3($pc$, tsc, id))
     #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
@@ -40,6 +50,6 @@ pub struct ReportArgs {
 }
 
 pub fn run(a: ReportArgs) -> Result<ExitCode> {
-    let ReportArgs { buffers, id_value, flow, id_bits, chrome, otel, svg, json } = a;
-    report::report(&ReportOptions { buffers, id_value, flow, id_bits, chrome, otel, svg, json })
+    let ReportArgs { buffers, pid, all, id_value, flow, id_bits, chrome, otel, svg, json } = a;
+    report::report(&ReportOptions { buffers, id_value, flow, id_bits, chrome, otel, svg, json, pids: pid, all })
 }
