@@ -508,9 +508,12 @@ def write_md(path, t1, fig, pg, net, progs, quick, hs, au, pp, so, base):
     over = sum(t1[c]["B"] for c in PAPER_T1) / sum(t1[c]["A"] for c in PAPER_T1) - 1
     floor = sum(t1[c]["A2"] for c in PAPER_T1) / sum(t1[c]["A"] for c in PAPER_T1) - 1
     L.append("## Targets\n")
+    # A floor wider than the target cannot tell 0.5% from nothing: no
+    # verdict then (the flow benchmarks' rule: twice the noise floor).
+    resolved = 2 * abs(floor) <= 0.005
+    verdict = ("PASS" if over <= 0.005 else "MISS") if resolved else "not resolved (the noise floor is wider than the target)"
     L.append(f"- local syscall overhead, B against A, over the six calls: {100*over:+.2f}% (target ≤ 0.5%; the plain "
-             f"program against itself in the same rounds, the noise floor: {100*floor:+.2f}%): "
-             f"**{'PASS' if over <= 0.005 else 'MISS'}**")
+             f"program against itself in the same rounds, the noise floor: {100*floor:+.2f}%): **{verdict}**")
     fw = t1["getppid"]["C"]
     L.append(f"- forwarded syscall (getppid, C): {fw:.1f} µs median (target ≤ 25 µs; TCP 32 B round trip here: "
              f"{net['rtt_32B']:.1f} µs): **{'PASS' if fw <= 25 else 'MISS'}**")

@@ -553,12 +553,24 @@ fn weave_descendants(
                 Err(_) if state_of(pid).map_or(true, |s| s == 'Z') => continue, // ended meanwhile
                 Err(e) => return Err(e.context(format!("process {pid}, a descendant of {}", a.pid))),
             };
-            if loaded_names(&mut host)?.iter().any(|n| n == module) {
+            // A worker may end at any moment (MaxConnectionsPerChild): one
+            // that is gone is passed over, not a reason to undo the weave.
+            let gone = |pid: u32| state_of(pid).map_or(true, |s| s == 'Z');
+            let names = match loaded_names(&mut host) {
+                Ok(n) => n,
+                Err(_) if gone(pid) => continue,
+                Err(e) => return Err(e.context(format!("process {pid}, a descendant of {}", a.pid))),
+            };
+            if names.iter().any(|n| n == module) {
                 done.push(Done { pid, parent, how: "inherited", load_us: 0.0 });
                 continue;
             }
             drop(host);
-            let bias = load_bias(pid, &exe)?;
+            let bias = match load_bias(pid, &exe) {
+                Ok(b) => b,
+                Err(_) if gone(pid) => continue,
+                Err(e) => return Err(e),
+            };
             let object = match builds.iter().find(|b| b.0 == bias) {
                 Some(b) => b.1.clone(),
                 None => {

@@ -5,7 +5,14 @@
  *   - prepare takes txn_lock (server.c), which the command thread holds
  *     while it serves a connection, so a fork waits for a load or unload in
  *     progress (at most FORK_WAIT_S) and the child never inherits half of
- *     one, or a registry lock whose owner does not exist in it;
+ *     one; then mod_lock and reg_lock, which program threads take for a
+ *     moment (bunkai_iface, bunkai_lookup), so the child never inherits
+ *     one whose owner does not exist in it. A fork from a signal handler
+ *     during a fork (glibc runs the handlers again) takes nothing more:
+ *     only the outermost prepare locks, and its parent handler unlocks;
+ *   - the child keeps the registry's calls in flight of the forking
+ *     thread only (registry.c), so an unload there does not wait for the
+ *     parent's other threads;
  *   - the child closes its copies of the parent's listening socket and
  *     pending connections and forgets the parent's socket path (its atexit
  *     must not remove the parent's socket). When the parent's socket is in
@@ -44,7 +51,8 @@ static int child_hosts;    /* the socket is in the default directory */
 static int pending_host;   /* this process's delayed host has not started yet */
 static char dir[108];      /* that directory */
 static char child_path[108]; /* the socket a delayed host listens on */
-static __thread int held;  /* this fork's prepare took txn_lock */
+static __thread int held;  /* this fork's prepare took txn_lock (and the others) */
+static __thread int depth; /* forks in progress on this thread (a handler may fork) */
 
 static size_t cat(char *dst, size_t at, size_t cap, const char *s) {
   while (*s && at + 1 < cap)
@@ -110,22 +118,40 @@ static void *late_start(void *arg) {
 }
 
 static void prepare(void) {
+  if (depth++)
+    return; /* a fork inside a fork's handlers: the outer one holds them */
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
   t.tv_sec += FORK_WAIT_S;
   held = pthread_mutex_timedlock(&txn_lock, &t) == 0;
+  if (held) {
+    /* the command thread is between connections: it holds neither */
+    pthread_mutex_lock(&mod_lock);
+    pthread_mutex_lock(&reg_lock);
+  }
 }
 
 static void parent(void) {
-  if (held)
+  if (--depth)
+    return;
+  if (held) {
+    pthread_mutex_unlock(&reg_lock);
+    pthread_mutex_unlock(&mod_lock);
     pthread_mutex_unlock(&txn_lock);
+  }
   held = 0;
 }
 
 static void child(void) {
   int had = held;
   held = 0;
+  depth = 0;
   pthread_mutex_init(&txn_lock, NULL);
+  if (had) {
+    pthread_mutex_init(&mod_lock, NULL);
+    pthread_mutex_init(&reg_lock, NULL);
+  }
+  readers_after_fork();
   if (listen_fd < 0 && !pending_host)
     return; /* no host here, none coming */
   if (listen_fd >= 0)

@@ -150,6 +150,8 @@
 #define start_thread __bunkai_host_start_thread
 #define command_thread __bunkai_host_command_thread
 #define fork_watch __bunkai_host_fork_watch
+#define readers_after_fork __bunkai_host_readers_after_fork
+#define same_socket __bunkai_host_same_socket
 
 #pragma GCC visibility push(hidden)
 
@@ -181,6 +183,7 @@ extern struct expect *expects;
 
 struct module;
 void grace_period(void);
+void readers_after_fork(void); /* a fork child keeps the forking thread's calls in flight only */
 void drop_providers(const struct module *m);
 void publish_tables(void);
 void unregister(struct module *m);
@@ -307,12 +310,14 @@ int default_dir(char *out, size_t len);
 struct pending {
   int fd;
   uint64_t since;
+  uint64_t ino; /* the socket's inode: the program may close the number and reuse it */
 };
 extern int listen_fd;            /* -1: no host in this process */
 extern pthread_mutex_t txn_lock; /* held while a connection is served */
 extern struct pending pending[MAX_PENDING];
 extern int npending;
 int listen_on(const char *path);
+int same_socket(int fd, uint64_t ino); /* fd still names the socket of inode ino */
 int start_thread(void);
 void *command_thread(void *fd); /* serves the listening socket fd (an intptr_t) */
 

@@ -10,9 +10,13 @@ pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 struct bunkai_iface *ifaces;
 struct expect *expects;
 
-/* Grace periods: readers count themselves in the generation they entered. */
+/* Grace periods: readers count themselves in the generation they entered,
+ * and each thread keeps its own share of the counts: a fork child, where
+ * only the forking thread lives, keeps just that thread's (readers_after_fork),
+ * or an unload there would wait for ever for threads that do not exist. */
 static _Atomic uint32_t gen;
 static _Atomic int64_t readers[2];
+static __thread __attribute__((tls_model("initial-exec"))) int64_t mine[2];
 
 EXPORT bunkai_iface_t *bunkai_iface(const char *name) {
   pthread_mutex_lock(&reg_lock);
@@ -44,12 +48,20 @@ EXPORT const void *bunkai_acquire(bunkai_iface_t *h, struct bunkai_guard *g) {
       break;
     atomic_fetch_sub(&readers[e & 1], 1);
   }
+  mine[e & 1]++;
   g->gen = e;
   return h ? atomic_load(&h->table) : NULL;
 }
 
 EXPORT void bunkai_release(struct bunkai_guard *g) {
+  mine[g->gen & 1]--;
   atomic_fetch_sub(&readers[g->gen & 1], 1);
+}
+
+/* In a fork child: the calls in flight are the forking thread's only. */
+void readers_after_fork(void) {
+  atomic_store(&readers[0], mine[0]);
+  atomic_store(&readers[1], mine[1]);
 }
 
 /* Waits until no call that may have seen the old tables is in flight. */

@@ -97,14 +97,22 @@ static int handle(struct pollfd *pf, int n) {
       ready = k;
   if (ready >= 0) {
     int fd = pending[ready].fd;
+    uint64_t ino = pending[ready].ino;
     pending[ready] = pending[--npending];
+    /* a program that closed every descriptor (a daemon) may have the
+     * number for a file or socket of its own now: not ours to serve or
+     * close */
+    if (!same_socket(fd, ino))
+      return 0;
     txn_deadline = now_ns() + (uint64_t)TXN_MS * 1000000u;
     serve(fd);
     close(fd);
     return 0;
   }
   for (int k = 0; k < npending;)
-    if (now - pending[k].since > (uint64_t)IDLE_MS * 1000000u) {
+    if (!same_socket(pending[k].fd, pending[k].ino)) {
+      pending[k] = pending[--npending]; /* closed by the program: forget it */
+    } else if (now - pending[k].since > (uint64_t)IDLE_MS * 1000000u) {
       close(pending[k].fd);
       pending[k] = pending[--npending];
     } else {
@@ -132,8 +140,10 @@ static int handle(struct pollfd *pf, int n) {
       close(pending[old].fd);
       pending[old] = pending[--npending];
     }
+    struct stat st;
     pending[npending].fd = fd;
     pending[npending].since = now_ns();
+    pending[npending].ino = fstat(fd, &st) ? 0 : (uint64_t)st.st_ino;
     npending++;
   }
   return 0;
@@ -145,6 +155,8 @@ static int handle(struct pollfd *pf, int n) {
  * closed after IDLE_MS. */
 void *command_thread(void *arg) {
   int fd = (int)(intptr_t)arg; /* this thread's socket (a fork child has its own) */
+  struct stat st;
+  uint64_t ino = fstat(fd, &st) ? 0 : (uint64_t)st.st_ino;
   for (;;) {
     struct pollfd pf[MAX_PENDING + 1];
     pf[0] = (struct pollfd){.fd = fd, .events = POLLIN};
@@ -154,11 +166,28 @@ void *command_thread(void *arg) {
     if (n < 0 && errno != EINTR)
       return NULL;
     pthread_mutex_lock(&txn_lock);
-    int rc = fd == listen_fd ? handle(pf, n) : -1;
+    int rc = -1;
+    if (fd == listen_fd && same_socket(fd, ino)) {
+      rc = handle(pf, n);
+    } else if (fd == listen_fd) {
+      /* the program closed our socket (a daemon closing every
+       * descriptor): the number may be its own now; this host ends
+       * without touching it */
+      listen_fd = -1;
+      for (int k = 0; k < npending; k++)
+        if (same_socket(pending[k].fd, pending[k].ino))
+          close(pending[k].fd);
+      npending = 0;
+    }
     pthread_mutex_unlock(&txn_lock);
     if (rc)
       return NULL;
   }
+}
+
+int same_socket(int fd, uint64_t ino) {
+  struct stat st;
+  return ino && !fstat(fd, &st) && S_ISSOCK(st.st_mode) && (uint64_t)st.st_ino == ino;
 }
 
 /* Binds and listens on `path` with system calls only: PATH.tmp, listen,

@@ -26,6 +26,15 @@ const HOST_C: &str = r#"#include "bunkai_mod.h"
 #include <stdio.h>
 #define ANSWER(X) X(int, value, (void))
 BUNKAI_INTERFACE(answer, ANSWER)
+/* a thread inside a call through the registry that never returns */
+static void *holder(void *arg) {
+  struct bunkai_guard g;
+  (void)BUNKAI_ACQUIRE(answer, &g);
+  *(volatile int *)arg = 1;
+  for (;;)
+    pause();
+  return 0;
+}
 int main(int argc, char **argv) {
   BUNKAI_EXPECT(answer);
   if (bunkai_host_start(argc > 1 ? argv[1] : NULL))
@@ -999,6 +1008,7 @@ fn mutated_protocol_messages_are_refused_and_the_host_keeps_serving() {
 /// normally (its atexit runs); on "forkq" the child calls _exit at once
 /// and the parent prints its pid.
 const FORK_HOST_C: &str = r#"#include "bunkai_mod.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1012,6 +1022,15 @@ static int value(void) {
   int v = a ? a->value() : -1;
   bunkai_release(&g);
   return v;
+}
+/* a thread inside a call through the registry that never returns */
+static void *holder(void *arg) {
+  struct bunkai_guard g;
+  (void)BUNKAI_ACQUIRE(answer, &g);
+  *(volatile int *)arg = 1;
+  for (;;)
+    pause();
+  return 0;
 }
 int main(int argc, char **argv) {
   BUNKAI_EXPECT(answer);
@@ -1031,6 +1050,11 @@ int main(int argc, char **argv) {
       continue;
     }
     if (!strncmp(line, "fork", 4)) {
+      static volatile int inside;
+      pthread_t t;
+      if (line[4] == 'r' && !pthread_create(&t, 0, holder, (void *)&inside))
+        while (!inside)
+          usleep(1000);
       if (fork() == 0) {
         /* a fork child's host listens 100 ms after the fork */
         for (int i = 0; i < 300 && !bunkai_host_socket(); i++)
@@ -1066,6 +1090,55 @@ impl Drop for KillPids {
             let _ = Command::new("kill").args(["-KILL", &p.to_string()]).output_within(DEADLINE);
         }
     }
+}
+
+/// A thread of the parent is inside a call through the registry when
+/// another forks: in the child, where that thread does not exist, an
+/// unload does not wait for it (before, the child inherited the parent's
+/// count of calls in flight and its unload waited for ever).
+#[test]
+fn a_fork_child_unloads_while_a_parent_thread_is_in_a_call() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("fork-host.c");
+    std::fs::write(&c, FORK_HOST_C).unwrap();
+    let exe = dir.path().join("fork-host");
+    let inc = format!("-I{}", root().join("mod/include").display());
+    let lib = lib_dir().join("libbunkai-host.a");
+    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+    let module = compile_module(ANSWER42, "answer42", dir.path());
+    let xdg = dir.path().join("run");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut host = Command::new(&exe)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env_remove("BUNKAI_HOST_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill_after(&host, DEADLINE, "fork-host");
+    let mut ours = KillPids(vec![host.id()]);
+    let mut stdin = host.stdin.take().unwrap();
+    let lines = stdout_lines(&mut host);
+    let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
+    let sock = line().strip_prefix("socket ").unwrap().to_string();
+    bunkai_ok(&["mod", "load", "--socket", &sock, module.to_str().unwrap()]);
+    writeln!(stdin, "forkr").unwrap();
+    let child = line();
+    let f: Vec<&str> = child.split(' ').collect();
+    let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
+    ours.0.push(cpid);
+    assert_eq!((f.len(), f[0], f[3]), (4, "child", "42"), "{child}");
+    // under DEADLINE: a hang fails naming the command
+    bunkai_ok(&["mod", "unload", "--socket", f[2], "answer42"]);
+    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
+    assert!(l["modules"].as_array().unwrap().is_empty(), "{l}");
+    // the parent still has it (its thread is still inside the call)
+    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &sock, "--json"]).stdout).unwrap();
+    assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
+    drop(ours);
+    let _ = host.wait();
 }
 
 /// Every fork child of a host on the default directory gets a host of its
