@@ -93,38 +93,6 @@ fn start_daemon(exe: &Path, port: u16, dir: &Path, bufs: Option<&Path>) -> (u32,
     (launcher, d)
 }
 
-/// memcached's text protocol, one request at a time: each reply read to
-/// its end ("END\r\n" for gets, one line otherwise).
-const MC_SESSION: &[(&str, &str)] = &[
-    ("set greeting 0 0 5\r\nhello\r\n", "\r\n"),
-    ("get greeting\r\n", "END\r\n"),
-    ("get nothing\r\n", "END\r\n"),
-    ("append greeting 0 0 6\r\n world\r\n", "\r\n"),
-    ("set n 0 0 2\r\n41\r\n", "\r\n"),
-    ("incr n 1\r\n", "\r\n"),
-    ("get greeting n\r\n", "END\r\n"),
-    ("delete greeting\r\n", "\r\n"),
-    ("get greeting\r\n", "END\r\n"),
-];
-
-fn mc_session(port: u16) -> Vec<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut replies = Vec::new();
-    for (req, end) in MC_SESSION {
-        s.write_all(req.as_bytes()).unwrap();
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !got.ends_with(end.as_bytes()) {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0, "the server closed the connection after {req:?}");
-            got.extend_from_slice(&buf[..n]);
-        }
-        replies.push(String::from_utf8(got).unwrap());
-    }
-    replies
-}
 
 /// bunkai with the buffers' directory set.
 fn bunkai_in(bufs: &Path, args: &[&str]) -> std::process::Output {

@@ -26,15 +26,6 @@ const HOST_C: &str = r#"#include "bunkai_mod.h"
 #include <stdio.h>
 #define ANSWER(X) X(int, value, (void))
 BUNKAI_INTERFACE(answer, ANSWER)
-/* a thread inside a call through the registry that never returns */
-static void *holder(void *arg) {
-  struct bunkai_guard g;
-  (void)BUNKAI_ACQUIRE(answer, &g);
-  *(volatile int *)arg = 1;
-  for (;;)
-    pause();
-  return 0;
-}
 int main(int argc, char **argv) {
   BUNKAI_EXPECT(answer);
   if (bunkai_host_start(argc > 1 ? argv[1] : NULL))

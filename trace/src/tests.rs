@@ -548,57 +548,6 @@ fn fuzz_never_panics() {
     assert!(decoded > 100, "only {decoded} mutations decoded");
 }
 
-/// Speed of `report` over a large synthetic trace (not asserted): run with
-/// `cargo test --release -p bunkai-trace -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn report_speed() {
-    let mut d = Defs::new();
-    d.object(1, PROG, 0x400000, 0x800000, 0).object(2, LIBC, 0x7f00_0000_0000, 0x7f00_0100_0000, 0);
-    let nseg = 400u64;
-    for s in 0..nseg {
-        let obj = 1 + s % 2;
-        let base = if obj == 1 { 0x400000 } else { 0x7f00_0000_0000 };
-        d.func(s + 1, &format!("f{s}"), "", 0, 0);
-        d.run(
-            s + 1,
-            base + s * 0x340,
-            6,
-            4,
-            obj,
-            s + 1,
-            &[(1, ACC_LOAD, 8), (3, ACC_STORE, 8), (6, ACC_LOAD, 4)],
-            END_BRANCH,
-        );
-    }
-    let mut b = Builder::new();
-    b.hello(1, 1, 0, PROG, &["prog"], true, F_MEM).defs(1, &d);
-    let mut rng = Rng(42);
-    let execs_per_chunk = 100_000;
-    let chunks = 25; // 2.5M executions x (6 instructions + 3 references) = 22.5M records
-    for _ in 0..chunks {
-        let mut e = Events::new();
-        for _ in 0..execs_per_chunk {
-            let s = 1 + rng.below(nseg as usize) as u64;
-            let sp = STACK + (rng.below(64) as u64) * 64;
-            let heap = HEAP + (rng.below(4096) as u64) * 24;
-            e.exec(s, &[sp, sp + 8, heap]);
-        }
-        b.events(1, &e);
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let p = write(&b, dir.path(), "big.bkt");
-    let t = Trace::load(&p).unwrap();
-    let r = report::report(&t, &pentium()).unwrap();
-    println!(
-        "report: {} records in {:.3} s = {:.1} M records/s ({} bytes of trace)",
-        r.records,
-        r.seconds,
-        r.records as f64 / r.seconds / 1e6,
-        std::fs::metadata(&p).unwrap().len()
-    );
-}
-
 /// The version and magics of trace/include/bunkai_trace.h as a C compiler
 /// reads them (every byte of each magic, its NUL included), against their
 /// Rust mirrors.

@@ -3,7 +3,7 @@
 //! and writes a trace file with `format::Writer`, so the analysis tools can
 //! be checked against traces whose every count is known.
 //!
-//! ```ignore
+//! ```text
 //! let mut d = Defs::new();
 //! d.object(1, "/bin/prog", 0x400000, 0x401000, 0);
 //! d.func(1, "main", "prog.c", 3, 0x401000);
