@@ -458,8 +458,16 @@ pub fn weave(a: &WeaveOptions) -> Result<std::process::ExitCode> {
     let mut skipped: Vec<(u32, String)> = Vec::new();
     if !a.no_descendants {
         if let Err(e) = weave_descendants(a, &aspect, &prog, &module, &exe_s, &dir, &mut builds, &mut done, &mut skipped) {
-            let undone: Vec<String> = done.iter().filter(|d| unload_quietly(d.pid, &module)).map(|d| d.pid.to_string()).collect();
-            bail!("{e:#} (nothing is left woven: unwoven again from {})", if undone.is_empty() { "none".into() } else { undone.join(", ") });
+            // the whole tree again, not only what was woven: a woven worker
+            // may have forked meanwhile
+            let t = unload_tree(a.pid, &module, None);
+            let undone: Vec<String> = t.done.iter().map(|d| d.0.to_string()).collect();
+            let undone = if undone.is_empty() { "none".into() } else { undone.join(", ") };
+            if t.failed.is_empty() && t.unchecked.is_empty() {
+                bail!("{e:#} (nothing is left woven: unwoven again from {undone})");
+            }
+            let left: Vec<String> = t.failed.iter().cloned().chain(t.unchecked.iter().map(|p| format!("{p}: its host did not answer"))).collect();
+            bail!("{e:#} (unwoven again from {undone}, but maybe not from {}: bunkai flow unweave --pid P for each)", left.join("; "));
         }
     }
     if a.json {
@@ -592,9 +600,74 @@ fn weave_descendants(
     Ok(())
 }
 
-/// Unloads module from process pid, ignoring failures (a rollback).
-fn unload_quietly(pid: u32, module: &str) -> bool {
-    connect_host(pid).and_then(|mut h| bunkai_mod::server::unload(&mut h, module, false)).is_ok()
+/// What taking a module out of a process tree did.
+#[derive(Default)]
+struct TreeUnload {
+    /// (pid, parent, unload µs), the root first.
+    done: Vec<(u32, Option<u32>, f64)>,
+    /// Processes that have it and refused to unload it.
+    failed: Vec<String>,
+    /// Descendants running the root's program whose host did not answer:
+    /// they may still have it.
+    unchecked: Vec<u32>,
+}
+
+/// Unloads `module` from `root` (already done when `root_done` is given)
+/// and from its descendants, scanning the tree again until a scan finds no
+/// process that has it: a woven worker may fork a new one (which inherits
+/// the module) while the tree is being walked.
+fn unload_tree(root: u32, module: &str, root_done: Option<f64>) -> TreeUnload {
+    let mut t = TreeUnload::default();
+    match root_done {
+        Some(us) => t.done.push((root, None, us)),
+        None => match connect_host(root).and_then(|mut h| bunkai_mod::server::unload(&mut h, module, false)) {
+            Ok(r) => t.done.push((root, None, r.total_us)),
+            Err(_) if state_of(root).map_or(true, |s| s == 'Z') => {}
+            Err(e) => t.failed.push(format!("{root}: {e:#}")),
+        },
+    }
+    let exe = std::fs::read_link(format!("/proc/{root}/exe")).ok();
+    for _round in 0..8 {
+        let mut found = 0;
+        t.unchecked.clear();
+        for pid in descendants(root) {
+            if t.done.iter().any(|d| d.0 == pid) {
+                continue;
+            }
+            let same_program = exe.is_some() && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == exe;
+            let gone = || state_of(pid).map_or(true, |s| s == 'Z');
+            let Some(mut h) = (if await_socket(pid) { connect_host(pid).ok() } else { None }) else {
+                if same_program && !gone() {
+                    t.unchecked.push(pid);
+                }
+                continue;
+            };
+            match loaded_names(&mut h) {
+                Ok(n) if n.iter().any(|n| n == module) => {}
+                Ok(_) => continue,
+                Err(_) => {
+                    if !gone() {
+                        t.unchecked.push(pid);
+                    }
+                    continue;
+                }
+            }
+            found += 1;
+            match bunkai_mod::server::unload(&mut h, module, false) {
+                Ok(r) => t.done.push((pid, ppid_of(pid), r.total_us)),
+                Err(_) if gone() => {}
+                Err(e) => {
+                    if !t.failed.iter().any(|f| f.starts_with(&format!("{pid}:"))) {
+                        t.failed.push(format!("{pid}: {e:#}"));
+                    }
+                }
+            }
+        }
+        if found == 0 {
+            break;
+        }
+    }
+    t
 }
 
 /// `bunkai flow unweave --pid PID [NAME]`: unload the module from PID and
@@ -619,39 +692,28 @@ pub fn unweave(a: &UnweaveOptions) -> Result<std::process::ExitCode> {
             }
         }
     };
-    let mut done: Vec<(u32, Option<u32>, f64)> = Vec::new();
     let r = bunkai_mod::server::unload(&mut host, &name, false)?;
     drop(host);
-    done.push((a.pid, None, r.total_us));
-    let mut failed: Vec<String> = Vec::new();
-    if !a.no_descendants {
-        for pid in descendants(a.pid) {
-            if !await_socket(pid) {
-                continue;
-            }
-            let Ok(mut h) = connect_host(pid) else { continue };
-            match loaded_names(&mut h) {
-                Ok(n) if n.contains(&name) => {}
-                _ => continue,
-            }
-            match bunkai_mod::server::unload(&mut h, &name, false) {
-                Ok(r) => done.push((pid, ppid_of(pid), r.total_us)),
-                Err(_) if state_of(pid).map_or(true, |s| s == 'Z') => {}
-                Err(e) => failed.push(format!("{pid}: {e:#}")),
-            }
-        }
-    }
-    if !failed.is_empty() {
+    let t = if a.no_descendants {
+        TreeUnload { done: vec![(a.pid, None, r.total_us)], ..Default::default() }
+    } else {
+        unload_tree(a.pid, &name, Some(r.total_us))
+    };
+    let done = &t.done;
+    if !t.failed.is_empty() {
         bail!(
             "unwoven {name} from {}, but not from {} (bunkai flow unweave --pid P --no-descendants for each)",
             done.iter().map(|d| d.0.to_string()).collect::<Vec<_>>().join(", "),
-            failed.join("; ")
+            t.failed.join("; ")
         );
     }
+    // Descendants of the same program whose host did not answer may still
+    // have it: said, not passed over in silence.
+    let unchecked = t.unchecked.iter().map(|p| p.to_string()).collect::<Vec<_>>();
     if a.json {
         let procs: Vec<serde_json::Value> =
             done.iter().map(|d| serde_json::json!({"pid": d.0, "parent": d.1, "unload_us": d.2})).collect();
-        let o = serde_json::json!({ "unwoven": name, "pid": a.pid, "unload_us": done[0].2, "processes": procs });
+        let o = serde_json::json!({ "unwoven": name, "pid": a.pid, "unload_us": done[0].2, "processes": procs, "unchecked": t.unchecked });
         crate::stdout(&format!("{o}\n"))?;
     } else {
         let mut out = format!("bunkai flow: unwoven {name} from {} in {:.0} us\n", a.pid, done[0].2);
@@ -660,6 +722,12 @@ pub fn unweave(a: &UnweaveOptions) -> Result<std::process::ExitCode> {
         }
         if done.len() > 1 {
             out += &format!("bunkai flow: {} processes unwoven\n", done.len());
+        }
+        if !unchecked.is_empty() {
+            out += &format!(
+                "bunkai flow: not checked: {} (descendants of the same program whose host did not answer: they may still have {name})\n",
+                unchecked.join(", ")
+            );
         }
         crate::stdout(&out)?;
     }
