@@ -93,6 +93,14 @@ static void say(const char *what, const char *path, int err) {
   (void)w;
 }
 
+/* The socket directory is still the private one the host checked when it
+ * started (it may have been removed and made again, by another user or as
+ * a symbolic link, since): system calls only. */
+static int dir_still_ours(void) {
+  struct stat st;
+  return !lstat(dir, &st) && S_ISDIR(st.st_mode) && st.st_uid == getuid() && !(st.st_mode & 077);
+}
+
 /* The delayed host of a fork child: listens once FORK_DELAY_MS have passed
  * and serves as its command thread. */
 static void *late_start(void *arg) {
@@ -103,6 +111,11 @@ static void *late_start(void *arg) {
   /* under the lock: a fork meanwhile sees the socket in listen_fd (its
    * child closes it) or not at all */
   pthread_mutex_lock(&txn_lock);
+  if (!dir_still_ours()) {
+    pthread_mutex_unlock(&txn_lock);
+    say("the socket directory is no longer a private one of ours:", dir, 0);
+    return NULL;
+  }
   int fd = listen_on(child_path);
   if (fd < 0) {
     int e = errno;
@@ -180,6 +193,10 @@ static void child(void) {
     /* root's children often drop privileges at once (httpd's workers
      * become nobody) and could not make their socket in root's private
      * directory later: it is made now */
+    if (!dir_still_ours()) {
+      say("the socket directory is no longer a private one of ours:", dir, 0);
+      return;
+    }
     int fd = listen_on(child_path);
     if (fd < 0) {
       say("cannot listen on", child_path, errno);
