@@ -1132,6 +1132,59 @@ fn a_fork_child_unloads_while_a_parent_thread_is_in_a_call() {
     let _ = host.wait();
 }
 
+/// `bunkai flow unweave` on a forking host: the module goes from the
+/// parent, and a child of the same program whose host does not answer
+/// (its socket removed here) is named as not checked, in text and JSON,
+/// not passed over in silence.
+#[test]
+fn unweave_names_a_child_it_could_not_check() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("fork-host.c");
+    std::fs::write(&c, FORK_HOST_C).unwrap();
+    let exe = dir.path().join("fork-host");
+    let inc = format!("-I{}", root().join("mod/include").display());
+    let lib = lib_dir().join("libbunkai-host.a");
+    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+    let module = compile_module(ANSWER42, "answer42", dir.path());
+    let xdg = dir.path().join("run");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut host = Command::new(&exe)
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .env_remove("BUNKAI_HOST_SOCKET")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    kill_after(&host, DEADLINE, "fork-host");
+    let mut ours = KillPids(vec![host.id()]);
+    let mut stdin = host.stdin.take().unwrap();
+    let lines = stdout_lines(&mut host);
+    let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
+    let sock = line().strip_prefix("socket ").unwrap().to_string();
+    bunkai_ok(&["mod", "load", "--socket", &sock, module.to_str().unwrap()]);
+    writeln!(stdin, "fork").unwrap();
+    let child = line();
+    let f: Vec<&str> = child.split(' ').collect();
+    let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
+    ours.0.push(cpid);
+    std::fs::remove_file(f[2]).unwrap();
+    let o = Command::new(bunkai())
+        .args(["flow", "unweave", "--pid", &host.id().to_string(), "answer42", "--json"])
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .output_within(DEADLINE);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["unwoven"], "answer42", "{v}");
+    assert_eq!(v["processes"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["unchecked"], serde_json::json!([cpid]), "{v}");
+    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &sock, "--json"]).stdout).unwrap();
+    assert!(l["modules"].as_array().unwrap().is_empty(), "{l}");
+    drop(ours);
+    let _ = host.wait();
+}
+
 /// Every fork child of a host on the default directory gets a host of its
 /// own, `<dir>/<its pid>.sock` (100 ms after the fork), with the modules
 /// its parent had at the fork; unloading in the child leaves the parent's;

@@ -12,7 +12,7 @@ pub struct UnweaveArgs {
     pub pid: u32,
     /// The woven module's name (default: the only flow_ module loaded)
     pub name: Option<String>,
-    /// Print what was unwoven as one JSON object on stdout (unwoven, pid, unload_us; processes: pid, parent, unload_us)
+    /// Print what was unwoven as one JSON object on stdout (unwoven, pid, unload_us; processes: pid, parent, unload_us; unchecked: descendants whose host did not answer)
     #[arg(long)]
     pub json: bool,
     /// Unweave only PID, not its descendants (by default every descendant
