@@ -241,14 +241,20 @@ fn httpd(variant: &str) -> PathBuf {
 }
 
 /// One HTTP/1.0 GET, the whole response; its Date line taken out (the one
-/// part that changes from one response to the next).
-fn http_get(port: u16, path: &str) -> String {
+/// part that changes from one response to the next). A failure names the
+/// request and shows the end of httpd's error log (`log`).
+fn http_get(port: u16, path: &str, log: &Path) -> String {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let fail = |e: std::io::Error| -> ! {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(20).collect();
+        panic!("GET {path} on port {port}: {e}; the end of {}:\n{}", log.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+    };
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| fail(e));
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap_or_else(|e| fail(e));
     let mut got = Vec::new();
-    s.read_to_end(&mut got).unwrap();
+    s.read_to_end(&mut got).unwrap_or_else(|e| fail(e));
     let text = String::from_utf8_lossy(&got).into_owned();
     text.split_inclusive("\r\n").filter(|l| !l.starts_with("Date: ")).collect()
 }
@@ -299,6 +305,7 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
     let old = std::time::SystemTime::now() - Duration::from_secs(3600);
     std::fs::File::options().write(true).open(&page).unwrap().set_modified(old).unwrap();
     let bufs = t.join("bufs");
+    let errlog = t.join("logs/error_log");
     // httpd-VARIANT as a daemon on a fresh port; its parent's pid and port
     let start = |variant: &str, bufs: Option<&Path>| -> (Daemon, u32, u16) {
         let port = free_port();
@@ -343,9 +350,9 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
     };
     // what the plain build answers
     let (plain, _, port) = start("plain", None);
-    let want = http_get(port, "/index.html");
+    let want = http_get(port, "/index.html", &errlog);
     assert!(want.starts_with("HTTP/1.1 200 OK\r\n") && want.contains("bunkai flow on Apache."), "{want}");
-    let want404 = http_get(port, "/missing.html");
+    let want404 = http_get(port, "/missing.html", &errlog);
     assert!(want404.starts_with("HTTP/1.1 404 "), "{want404}");
     let plain_pid = plain.0;
     drop(plain);
@@ -363,7 +370,7 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
 
     const N: usize = 6;
     for k in 0..N {
-        assert_eq!(http_get(port, "/index.html"), want, "woven, request {k}");
+        assert_eq!(http_get(port, "/index.html", &errlog), want, "woven, request {k}");
     }
     let rep = json_of(&bunkai_in(&bufs, &["flow", "report", "--json", "--all"]));
     let flows = rep["flows"].as_array().unwrap();
@@ -406,9 +413,9 @@ fn apache_workers_forked_before_and_after_the_weave_are_followed() {
         }
     }
     for k in 0..N {
-        assert_eq!(http_get(port, "/index.html"), want, "unwoven, request {k}");
+        assert_eq!(http_get(port, "/index.html", &errlog), want, "unwoven, request {k}");
     }
-    assert_eq!(http_get(port, "/missing.html"), want404, "unwoven, 404");
+    assert_eq!(http_get(port, "/missing.html", &errlog), want404, "unwoven, 404");
     let after = json_of(&bunkai_in(&bufs, &["flow", "report", "--json", "--all"]));
     assert_eq!(after["flows"].as_array().unwrap().len(), N, "workers forked after the unweave recorded: {after}");
     // stopped as its init script would: the parent and every worker end
