@@ -1083,106 +1083,112 @@ impl Drop for KillPids {
     }
 }
 
+/// The forking test host (FORK_HOST_C, linked with libbunkai-host.a) on
+/// the default directory of a private XDG_RUNTIME_DIR, with answer42
+/// loaded; it and the children it reported are killed when dropped.
+struct ForkHost {
+    host: Child,
+    stdin: std::process::ChildStdin,
+    lines: Receiver<String>,
+    sock: String,
+    xdg: PathBuf,
+    ours: KillPids,
+    _dir: tempfile::TempDir,
+}
+
+impl ForkHost {
+    fn start() -> ForkHost {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let c = dir.path().join("fork-host.c");
+        std::fs::write(&c, FORK_HOST_C).unwrap();
+        let exe = dir.path().join("fork-host");
+        let inc = format!("-I{}", root().join("mod/include").display());
+        let lib = lib_dir().join("libbunkai-host.a");
+        clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+        let module = compile_module(ANSWER42, "answer42", dir.path());
+        let xdg = dir.path().join("run");
+        std::fs::create_dir(&xdg).unwrap();
+        std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut host = Command::new(&exe)
+            .env("XDG_RUNTIME_DIR", &xdg)
+            .env_remove("BUNKAI_HOST_SOCKET")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        kill_after(&host, DEADLINE, "fork-host");
+        let ours = KillPids(vec![host.id()]);
+        let stdin = host.stdin.take().unwrap();
+        let lines = stdout_lines(&mut host);
+        let mut h = ForkHost { host, stdin, lines, sock: String::new(), xdg, ours, _dir: dir };
+        h.sock = h.line().strip_prefix("socket ").unwrap().to_string();
+        bunkai_ok(&["mod", "load", "--socket", &h.sock, module.to_str().unwrap()]);
+        h
+    }
+
+    fn line(&self) -> String {
+        self.lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s")
+    }
+
+    /// Sends a fork command; the child's pid and socket (it called answer42).
+    fn fork(&mut self, cmd: &str) -> (u32, String) {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        let child = self.line();
+        let f: Vec<&str> = child.split(' ').collect();
+        let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
+        self.ours.0.push(cpid);
+        assert_eq!((f.len(), f[0], f[3]), (4, "child", "42"), "{child}");
+        (cpid, f[2].to_string())
+    }
+}
+
+impl Drop for ForkHost {
+    fn drop(&mut self) {
+        for p in self.ours.0.drain(..) {
+            let _ = Command::new("kill").args(["-KILL", &p.to_string()]).output_within(DEADLINE);
+        }
+        let _ = self.host.wait();
+    }
+}
+
 /// A thread of the parent is inside a call through the registry when
 /// another forks: in the child, where that thread does not exist, an
 /// unload does not wait for it (before, the child inherited the parent's
 /// count of calls in flight and its unload waited for ever).
 #[test]
 fn a_fork_child_unloads_while_a_parent_thread_is_in_a_call() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let c = dir.path().join("fork-host.c");
-    std::fs::write(&c, FORK_HOST_C).unwrap();
-    let exe = dir.path().join("fork-host");
-    let inc = format!("-I{}", root().join("mod/include").display());
-    let lib = lib_dir().join("libbunkai-host.a");
-    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
-    let module = compile_module(ANSWER42, "answer42", dir.path());
-    let xdg = dir.path().join("run");
-    std::fs::create_dir(&xdg).unwrap();
-    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let mut host = Command::new(&exe)
-        .env("XDG_RUNTIME_DIR", &xdg)
-        .env_remove("BUNKAI_HOST_SOCKET")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    kill_after(&host, DEADLINE, "fork-host");
-    let mut ours = KillPids(vec![host.id()]);
-    let mut stdin = host.stdin.take().unwrap();
-    let lines = stdout_lines(&mut host);
-    let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
-    let sock = line().strip_prefix("socket ").unwrap().to_string();
-    bunkai_ok(&["mod", "load", "--socket", &sock, module.to_str().unwrap()]);
-    writeln!(stdin, "forkr").unwrap();
-    let child = line();
-    let f: Vec<&str> = child.split(' ').collect();
-    let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
-    ours.0.push(cpid);
-    assert_eq!((f.len(), f[0], f[3]), (4, "child", "42"), "{child}");
+    let mut h = ForkHost::start();
+    let (_, child_sock) = h.fork("forkr");
     // under DEADLINE: a hang fails naming the command
-    bunkai_ok(&["mod", "unload", "--socket", f[2], "answer42"]);
-    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
+    bunkai_ok(&["mod", "unload", "--socket", &child_sock, "answer42"]);
+    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &child_sock, "--json"]).stdout).unwrap();
     assert!(l["modules"].as_array().unwrap().is_empty(), "{l}");
     // the parent still has it (its thread is still inside the call)
-    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &sock, "--json"]).stdout).unwrap();
+    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &h.sock, "--json"]).stdout).unwrap();
     assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
-    drop(ours);
-    let _ = host.wait();
 }
 
 /// `bunkai flow unweave` on a forking host: the module goes from the
 /// parent, and a child of the same program whose host does not answer
-/// (its socket removed here) is named as not checked, in text and JSON,
+/// (its socket removed here) is named as not checked (`unchecked` in JSON),
 /// not passed over in silence.
 #[test]
 fn unweave_names_a_child_it_could_not_check() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let c = dir.path().join("fork-host.c");
-    std::fs::write(&c, FORK_HOST_C).unwrap();
-    let exe = dir.path().join("fork-host");
-    let inc = format!("-I{}", root().join("mod/include").display());
-    let lib = lib_dir().join("libbunkai-host.a");
-    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
-    let module = compile_module(ANSWER42, "answer42", dir.path());
-    let xdg = dir.path().join("run");
-    std::fs::create_dir(&xdg).unwrap();
-    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let mut host = Command::new(&exe)
-        .env("XDG_RUNTIME_DIR", &xdg)
-        .env_remove("BUNKAI_HOST_SOCKET")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    kill_after(&host, DEADLINE, "fork-host");
-    let mut ours = KillPids(vec![host.id()]);
-    let mut stdin = host.stdin.take().unwrap();
-    let lines = stdout_lines(&mut host);
-    let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
-    let sock = line().strip_prefix("socket ").unwrap().to_string();
-    bunkai_ok(&["mod", "load", "--socket", &sock, module.to_str().unwrap()]);
-    writeln!(stdin, "fork").unwrap();
-    let child = line();
-    let f: Vec<&str> = child.split(' ').collect();
-    let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
-    ours.0.push(cpid);
-    std::fs::remove_file(f[2]).unwrap();
+    let mut h = ForkHost::start();
+    let (cpid, child_sock) = h.fork("fork");
+    std::fs::remove_file(&child_sock).unwrap();
     let o = Command::new(bunkai())
-        .args(["flow", "unweave", "--pid", &host.id().to_string(), "answer42", "--json"])
-        .env("XDG_RUNTIME_DIR", &xdg)
+        .args(["flow", "unweave", "--pid", &h.host.id().to_string(), "answer42", "--json"])
+        .env("XDG_RUNTIME_DIR", &h.xdg)
         .output_within(DEADLINE);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["unwoven"], "answer42", "{v}");
     assert_eq!(v["processes"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["unchecked"], serde_json::json!([cpid]), "{v}");
-    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &sock, "--json"]).stdout).unwrap();
+    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &h.sock, "--json"]).stdout).unwrap();
     assert!(l["modules"].as_array().unwrap().is_empty(), "{l}");
-    drop(ours);
-    let _ = host.wait();
 }
 
 /// Every fork child of a host on the default directory gets a host of its
