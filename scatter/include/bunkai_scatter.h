@@ -50,7 +50,7 @@
 
 #include <stdint.h>
 
-#define BUNKAI_SCATTER_VERSION 3
+#define BUNKAI_SCATTER_VERSION 4
 
 #define BUNKAI_BODY_PREFIX "__bunkai_f"
 #define BUNKAI_STUB_PREFIX "__bunkai_s"
@@ -83,6 +83,16 @@
 #define BUNKAI_SCATTER__XSTR(x) BUNKAI_SCATTER__STR(x)
 #define BUNKAI_GROUP_MAGIC "BKGROUP" BUNKAI_SCATTER__XSTR(BUNKAI_GROUP_VERSION)
 #define BUNKAI_GROUP_TABLE "__bunkai_gtab"
+/* A function or group library that calls functions of other libraries also
+ * exports its slots for them (issue 23): BUNKAI_LIB_IMPORTS, one pointer
+ * per callee, called through by the library's code and first pointing at
+ * the callee's stub; and BUNKAI_LIB_IMPORT_IDS, uint32: the number of slots,
+ * then each slot's function id, strictly increasing. The manager points a
+ * slot at the callee's body once both are loaded, so a call between
+ * libraries costs one indirect call, as in -fno-plt code. Calls inside a
+ * group are direct. */
+#define BUNKAI_LIB_IMPORTS "__bunkai_gimp"
+#define BUNKAI_LIB_IMPORT_IDS "__bunkai_gids"
 struct bunkai_group {
   uint64_t raw_bytes;        /* size of g<hex>.so */
   uint64_t zst_bytes;        /* size of g<hex>.so.zst */

@@ -17,6 +17,21 @@
 //                          i-th input's function, its offset from the table
 //                          (int32). No dynamic symbol or relocation per
 //                          function, and the manager finds a body by index.
+//   IDS <file>             (before JOB or GROUP) every function's id and stub
+//                          symbol, "<hex id>\t<stub>" per line. With it, a
+//                          library binds its calls (issue 23): a direct call
+//                          of a function of the same group calls its body (no
+//                          stub, no PLT); a direct call of another library's
+//                          function calls through the library's own slot for
+//                          it,
+//                          __bunkai_gimp[k] (one `call *slot(%rip)`, as
+//                          -fno-plt code does). Slots are zero in the file:
+//                          the manager fills each with the stub when it
+//                          opens the library, and with the body once that is
+//                          loaded. __bunkai_gids is the slots' ids: the count,
+//                          then the ids in increasing order. Taking a
+//                          function's address still yields its stub, so
+//                          function pointers compare equal everywhere.
 // For every JOB it prints "ok <out.so>" or "err <out.so> <message>" on stdout,
 // so the driver can show progress and name the failing function.
 //
@@ -26,6 +41,9 @@
 #include "lld/Common/Driver.h"
 #include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/IR/Constants.h"
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/InstIterator.h"
+#include "llvm/IR/Instructions.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
@@ -38,7 +56,10 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
 
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,13 +88,30 @@ class Lowerer {
 public:
   explicit Lowerer(CodeGenOpt::Level Level) : Level(Level) {}
 
+  // IDS: stub symbol -> function id. Returns an error text, or "".
+  std::string readIds(const std::string &Path) {
+    std::ifstream In(Path);
+    if (!In)
+      return "cannot read " + Path;
+    StubIds.clear();
+    std::string Line;
+    while (std::getline(In, Line)) {
+      size_t Tab = Line.find('\t');
+      if (Tab == std::string::npos || Tab == 0)
+        return "bad line in " + Path + ": " + Line;
+      StubIds[Line.substr(Tab + 1)] =
+          (uint32_t)std::stoul(Line.substr(0, Tab), nullptr, 16);
+    }
+    return "";
+  }
+
   // Returns an empty string on success, else the error text.
   std::string lower(const std::vector<std::string> &Ins, const std::string &Out,
                     const std::vector<std::string> &LinkTemplate,
                     bool KeepObj, bool Group) {
     LLVMContext Ctx;
     std::unique_ptr<Module> M;
-    std::vector<std::string> Bodies; // group mode: each input's function
+    std::vector<std::string> Bodies; // each input's function (with IDS or GROUP)
     for (const std::string &In : Ins) {
       auto Buf = MemoryBuffer::getFile(In);
       if (!Buf)
@@ -81,14 +119,15 @@ public:
       auto ModOr = parseBitcodeFile((*Buf)->getMemBufferRef(), Ctx);
       if (!ModOr)
         return "bad bitcode " + In + ": " + toString(ModOr.takeError());
-      if (Group) {
+      if (Group || !StubIds.empty()) {
         std::string Body;
         for (Function &F : **ModOr)
           if (!F.isDeclaration() && F.getName().startswith("__bunkai_f"))
             Body = F.getName().str();
-        if (Body.empty())
+        if (Body.empty() && Group)
           return In + " defines no __bunkai_f function";
-        Bodies.push_back(Body);
+        if (!Body.empty())
+          Bodies.push_back(Body);
       }
       if (!M) {
         M = std::move(*ModOr);
@@ -123,6 +162,8 @@ public:
       }
       Tab->setInitializer(ConstantArray::get(ArrTy, Elems));
     }
+    if (!StubIds.empty())
+      bindCalls(*M, Bodies);
 
     TargetMachine *TM = machineFor(M->getTargetTriple());
     if (!TM)
@@ -165,6 +206,72 @@ public:
   }
 
 private:
+  // Issue 23: calls of the group's own functions go to their bodies, calls
+  // of other groups' functions through the group's slots (see IDS above).
+  void bindCalls(Module &M, const std::vector<std::string> &Bodies) {
+    LLVMContext &Ctx = M.getContext();
+    std::map<uint32_t, Function *> Local; // id -> body in this group
+    for (const std::string &B : Bodies)
+      Local[(uint32_t)std::stoul(B.substr(strlen("__bunkai_f")), nullptr, 16)] =
+          M.getFunction(B);
+    std::vector<CallBase *> Calls;
+    for (Function &F : M)
+      for (Instruction &I : instructions(F))
+        if (auto *CB = dyn_cast<CallBase>(&I))
+          if (auto *Callee = dyn_cast<Function>(
+                  CB->getCalledOperand()->stripPointerCasts()))
+            if (Callee->isDeclaration() && StubIds.count(Callee->getName().str()))
+              Calls.push_back(CB);
+    std::map<uint32_t, unsigned> Slot; // id -> slot, for other libraries' functions
+    for (CallBase *CB : Calls) {
+      auto *Callee = cast<Function>(CB->getCalledOperand()->stripPointerCasts());
+      uint32_t Id = StubIds[Callee->getName().str()];
+      if (!Local.count(Id))
+        Slot[Id] = 0;
+    }
+    Type *I8P = Type::getInt8PtrTy(Ctx);
+    GlobalVariable *Gimp = nullptr;
+    ArrayType *SlotsTy = ArrayType::get(I8P, Slot.size());
+    if (!Slot.empty()) {
+      std::vector<uint32_t> Ids{(uint32_t)Slot.size()};
+      unsigned K = 0;
+      for (auto &KV : Slot) {
+        KV.second = K++;
+        Ids.push_back(KV.first);
+      }
+      // Zero in the file: the manager fills every slot (the callee's stub,
+      // or its body) before the library's code can run, so loading the
+      // library costs no relocation or symbol lookup per slot. Written by
+      // the manager, so not constant.
+      Gimp = new GlobalVariable(M, SlotsTy, /*isConstant=*/false,
+                                GlobalValue::ExternalLinkage,
+                                ConstantAggregateZero::get(SlotsTy), "__bunkai_gimp");
+      Gimp->setVisibility(GlobalValue::ProtectedVisibility);
+      Gimp->setAlignment(Align(8));
+      auto *Gids = new GlobalVariable(
+          M, ArrayType::get(Type::getInt32Ty(Ctx), Ids.size()), /*isConstant=*/true,
+          GlobalValue::ExternalLinkage, ConstantDataArray::get(Ctx, Ids),
+          "__bunkai_gids");
+      Gids->setVisibility(GlobalValue::ProtectedVisibility);
+    }
+    for (CallBase *CB : Calls) {
+      Value *Old = CB->getCalledOperand();
+      auto *Callee = cast<Function>(Old->stripPointerCasts());
+      uint32_t Id = StubIds[Callee->getName().str()];
+      auto L = Local.find(Id);
+      if (L != Local.end()) {
+        CB->setCalledOperand(ConstantExpr::getBitCast(L->second, Old->getType()));
+        continue;
+      }
+      IRBuilder<> B(CB);
+      Value *P = B.CreateConstInBoundsGEP2_32(SlotsTy, Gimp, 0, Slot[Id]);
+      LoadInst *Fn = B.CreateAlignedLoad(I8P, P, Align(8));
+      // Another thread may be storing the body's address into it.
+      Fn->setAtomic(AtomicOrdering::Unordered);
+      CB->setCalledOperand(B.CreateBitCast(Fn, Old->getType()));
+    }
+  }
+
   TargetMachine *machineFor(const std::string &Triple) {
     if (TM && TMTriple == Triple)
       return TM.get();
@@ -182,6 +289,7 @@ private:
   CodeGenOpt::Level Level;
   std::unique_ptr<TargetMachine> TM;
   std::string TMTriple;
+  std::map<std::string, uint32_t> StubIds;
 };
 
 } // namespace
@@ -220,7 +328,13 @@ int main(int argc, char **argv) {
     if (Line.empty())
       continue;
     std::vector<std::string> F = splitTabs(Line);
-    if (F[0] == "LINK") {
+    if (F[0] == "IDS" && F.size() == 2) {
+      std::string Err = L.readIds(F[1]);
+      if (!Err.empty()) {
+        errs() << "bunkai-lower: " << Err << "\n";
+        return 2;
+      }
+    } else if (F[0] == "LINK") {
       LinkTemplate.assign(F.begin() + 1, F.end());
       // lld's driver expects argv[0].
       LinkTemplate.insert(LinkTemplate.begin(), "ld.lld");

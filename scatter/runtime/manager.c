@@ -26,6 +26,12 @@
  *     a group library exports one table of its functions (no dlsym per
  *     function), and the handle table keeps that table's address.
  *     The map is checked field by field before it is used.
+ *   - Calls between libraries (issue 23): a library calls another
+ *     library's function through its own slot (__bunkai_gimp, zero in the
+ *     file). When a library is opened its slots of functions already
+ *     loaded get their bodies; the others get their stubs, are listed
+ *     under the function they call, and get its body when it loads. Every
+ *     slot is filled before dlopen's caller can run the library's code.
  *   - Network (§6.2): with BUNKAI_ORIGIN set, groups come from the fetch
  *     library (dlopen()ed only then, so a launcher never links libcurl);
  *     its preload thread starts in the constructor, and a miss waits for the
@@ -51,6 +57,7 @@
 
 /* Generated per launcher by the driver (stubs.S). */
 extern void *__bunkai_got[];
+extern const unsigned char __bunkai_stubs[]; /* stub `id` at +16 * id */
 extern const uint32_t __bunkai_nfuncs;
 extern const char __bunkai_libdir[];
 extern const int __bunkai_is_lib;
@@ -76,6 +83,16 @@ static uint32_t ngroups;
 static const uint32_t *group_of, *slot_of;
 static const struct bunkai_group *groups;
 static const int32_t **handles; /* per group: its function table, once open */
+/* Issue 23: slots of loaded libraries that still point at a stub, by the
+ * function they call: pending[id] is the first node of a list. Nodes are
+ * never freed (each slot gets one, once); the array grows with mremap. */
+struct pend {
+  void **slot;
+  uint32_t next; /* node index + 1, 0 ends the list */
+};
+static uint32_t *pending;      /* per function id: node index + 1, or 0 */
+static struct pend *pend_nodes;
+static size_t pend_used, pend_cap;
 static bunkai_fetch_wait_fn fetch_wait;
 
 static long raw3(long n, long a, long b, long c) {
@@ -420,6 +437,76 @@ static void library_path(char *path, size_t cap, const char *prefix,
   *p = 0;
 }
 
+/* Issue 23: a library's slots for the functions of other libraries it
+ * calls (none in a library that calls no other, or one built by an older
+ * bunkai): each slot of a function already loaded gets its body now, the
+ * others wait in pending[] until their function loads. `bytes` bounds the
+ * tables (they lie inside the library); `id` names the function being
+ * loaded in errors. */
+static void open_imports(uint32_t id, void *h, const char *path, uint64_t bytes) {
+  void **slots = (void **)dlsym(h, BUNKAI_LIB_IMPORTS);
+  const uint32_t *ids = (const uint32_t *)dlsym(h, BUNKAI_LIB_IMPORT_IDS);
+  if (!slots || !ids)
+    return;
+  uint32_t n = ids[0];
+  if (n == 0 || (uint64_t)n * 12 >= bytes)
+    fail_because(id, path, "its call slots are damaged", CAUSE_MISMATCH);
+  ids++;
+  if (!pending) {
+    long m = raw6(SYS_mmap, 0, (long)(sizeof(uint32_t) * __bunkai_nfuncs),
+                  PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m < 0 && m > -4096)
+      fail(id, path, "out of memory for the call slots");
+    pending = (uint32_t *)m;
+  }
+  if (pend_used + n > pend_cap) {
+    size_t cap = pend_cap ? pend_cap : 4096;
+    while (cap < pend_used + n)
+      cap *= 2;
+    long m = pend_cap
+                 ? raw6(SYS_mremap, (long)pend_nodes, (long)(sizeof *pend_nodes * pend_cap),
+                        (long)(sizeof *pend_nodes * cap), MREMAP_MAYMOVE, 0, 0)
+                 : raw6(SYS_mmap, 0, (long)(sizeof *pend_nodes * cap), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m < 0 && m > -4096)
+      fail(id, path, "out of memory for the call slots");
+    pend_nodes = (struct pend *)m;
+    pend_cap = cap;
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t callee = ids[k];
+    if (callee >= __bunkai_nfuncs || (k && callee <= ids[k - 1]))
+      fail_because(id, path, "its call slots name functions the launcher does not have",
+                   CAUSE_MISMATCH);
+    void *fn = __atomic_load_n(&__bunkai_got[callee], __ATOMIC_ACQUIRE);
+    if (fn != (void *)&__bunkai_resolve) {
+      __atomic_store_n(&slots[k], fn, __ATOMIC_RELEASE);
+      continue;
+    }
+    /* Not loaded yet: the stub, `movl $callee, %r11d` (41 bb imm32). */
+    const unsigned char *stub = __bunkai_stubs + 16 * (size_t)callee;
+    uint32_t sid;
+    __builtin_memcpy(&sid, stub + 2, 4);
+    if (stub[0] != 0x41 || stub[1] != 0xbb || sid != callee)
+      fail(id, "(launcher)", "its stubs are not where the manager expects them "
+                             "(install the launcher and its libraries from the same "
+                             "scatter output)");
+    __atomic_store_n(&slots[k], (void *)stub, __ATOMIC_RELEASE);
+    pend_nodes[pend_used] = (struct pend){&slots[k], pending[callee]};
+    pending[callee] = (uint32_t)++pend_used;
+  }
+}
+
+/* Issue 23: function id now has its body fn: every loaded library's slot
+ * for it calls the body from now on. */
+static void bind_imports(uint32_t id, void *fn) {
+  if (!pending)
+    return;
+  for (uint32_t i = pending[id]; i; i = pend_nodes[i - 1].next)
+    __atomic_store_n(pend_nodes[i - 1].slot, fn, __ATOMIC_RELEASE);
+  pending[id] = 0;
+}
+
 /* §5.2: the table of group g, loading (and in network mode fetching) the
  * group's library first. The handle table holds the table's address: the
  * dlopen() handle itself is never needed again. */
@@ -441,6 +528,7 @@ static const int32_t *group_table(uint32_t id, uint32_t g) {
   if (!t)
     fail_because(id, path, "not a group library (no " BUNKAI_GROUP_TABLE ")",
                  CAUSE_MISMATCH);
+  open_imports(id, h, path, groups[g].raw_bytes);
   handles[g] = t;
   return t;
 }
@@ -458,6 +546,12 @@ static void *function_body(uint32_t id) {
   void *fn = dlsym(h, sym);
   if (!fn)
     fail_because(id, path, dlerror(), CAUSE_MISMATCH);
+  struct stat st;
+  long fd = raw3(SYS_open, (long)path, O_RDONLY | O_CLOEXEC, 0);
+  int ok = fd >= 0 && raw3(SYS_fstat, fd, (long)&st, 0) == 0;
+  if (fd >= 0)
+    raw3(SYS_close, fd, 0, 0);
+  open_imports(id, h, path, ok ? (uint64_t)st.st_size : 0);
   return fn;
 }
 
@@ -483,6 +577,7 @@ void *__bunkai_lookup(uint32_t id) {
     if (profile_fd >= 0)
       record_first_call(id);
     __atomic_store_n(&__bunkai_got[id], fn, __ATOMIC_RELEASE);
+    bind_imports(id, fn);
   }
   pthread_mutex_unlock(&lock);
   errno = saved_errno;

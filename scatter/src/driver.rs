@@ -453,7 +453,11 @@ impl<'a> Build<'a> {
             output: empty_so.clone(),
             what: "(empty library)".into(),
         });
-        lower::run(tc, &template, self.level, jobs, self.opts.jobs, self.opts.progress)?;
+        // Every function's id and stub: a library calls the others through
+        // slots the manager points at their bodies (bunkai-lower's IDS).
+        let ids = work.join("ids.tsv");
+        std::fs::write(&ids, stubs.iter().map(|st| format!("{:x}\t{}\n", st.id, st.symbol)).collect::<String>())?;
+        lower::run(tc, &template, self.level, Some(&ids), jobs, self.opts.jobs, self.opts.progress)?;
         Ok((empty_so, search))
     }
 

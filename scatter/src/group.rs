@@ -217,6 +217,13 @@ pub fn group(opts: &Options) -> Result<Summary> {
         .with_context(|| format!("cannot write in {}", out.display()))?;
     let _cleanup = bunkai_common::files::remove_on_interrupt(tmp.path());
     let template = lower::link_template(&tc, tmp.path(), &library_link_flags(&m.clang_flags))?;
+    // Every function's id and stub: a group calls its own functions'
+    // bodies directly and the others' through slots the manager rebinds.
+    let ids = tmp.path().join("ids.tsv");
+    std::fs::write(
+        &ids,
+        m.functions.iter().map(|f| format!("{:x}\t{}\n", f.id, f.stub)).collect::<String>(),
+    )?;
     let mut jobs = Vec::new();
     for (gid, fs) in plan.iter().enumerate() {
         let inputs: Vec<PathBuf> = fs.iter().map(|f| bcdir.join(format!("f{f:x}.bc"))).collect();
@@ -230,7 +237,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
             what: format!("group {gid:x}"),
         });
     }
-    lower::run(&tc, &template, opt_level(&m.clang_flags), jobs, opts.jobs, opts.progress)?;
+    lower::run(&tc, &template, opt_level(&m.clang_flags), Some(&ids), jobs, opts.jobs, opts.progress)?;
     // What the loader will make of them (check.rs); the launcher does not
     // change, so it is not compared with the original again.
     Scattered {

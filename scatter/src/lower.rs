@@ -69,10 +69,13 @@ pub fn search_dirs(template: &[String]) -> Vec<PathBuf> {
 }
 
 /// Runs all jobs on `workers` bunkai-lower processes. `opt` is -O0..-O3.
+/// `ids`: a file of every function's "<hex id>\t<stub symbol>", with which
+/// group libraries bind their calls (bunkai-lower's IDS record).
 pub fn run(
     tc: &Toolchain,
     template: &[String],
     opt: &str,
+    ids: Option<&Path>,
     jobs: Vec<Job>,
     workers: usize,
     progress: bool,
@@ -113,6 +116,9 @@ pub fn run(
                     .with_context(|| format!("cannot start {}", lower.display()))?;
                 let mut stdin = child.stdin.take().unwrap();
                 let mut input = String::new();
+                if let Some(ids) = ids {
+                    input.push_str(&format!("IDS\t{}\n", ids.display()));
+                }
                 input.push_str("LINK");
                 for a in template {
                     input.push('\t');
