@@ -40,6 +40,8 @@
  *                     into one struct each and reached by field index (§3.2)
  * Generated into the launcher by the driver (stubs.S):
  *   __bunkai_got      one slot per function id; the stubs jump through it
+ *   __bunkai_stubs    the stubs, 8 bytes apart, in id order
+ *   __bunkai_lazy     the lazy entries, 5 bytes apart, in id order
  *   __bunkai_nfuncs   number of slots
  *   __bunkai_libdir   library directory relative to the launcher's directory
  *   __bunkai_is_lib   1 when the launcher is a shared library
@@ -50,7 +52,7 @@
 
 #include <stdint.h>
 
-#define BUNKAI_SCATTER_VERSION 4
+#define BUNKAI_SCATTER_VERSION 5
 
 #define BUNKAI_BODY_PREFIX "__bunkai_f"
 #define BUNKAI_STUB_PREFIX "__bunkai_s"
@@ -134,10 +136,10 @@ typedef int (*bunkai_fetch_wait_fn)(uint32_t group, char *err,
 #define BUNKAI_FETCH_START "__bunkai_fetch_start"
 #define BUNKAI_FETCH_WAIT "__bunkai_fetch_wait"
 
-/* A stub is `movl $id, %r11d; jmpq *__bunkai_got+8*id(%rip)`: 12 bytes,
- * aligned to 16. %r11 is a scratch register that carries no argument in the
- * x86-64 System V ABI, so the id reaches __bunkai_resolve without touching
- * the caller's arguments. */
-#define BUNKAI_STUB_ID_REG "r11"
+/* A stub is `jmpq *__bunkai_got+8*id(%rip)`: 6 bytes, 8-aligned, stub id at
+ * __bunkai_stubs + 8 * id. Its slot first holds the function's lazy entry,
+ * `call __bunkai_resolve` at __bunkai_lazy + 5 * id, whose return address
+ * gives the trampoline the id without touching any argument register; once
+ * loaded, the slot holds the body (a PLT entry after lazy binding). */
 
 #endif

@@ -5,8 +5,9 @@
  * Rules for this file, which runs inside the scattered program:
  *   - Every exported symbol starts with __bunkai_; everything else is static.
  *   - One constructor only (__bunkai_init, placed first in .init_array by
- *     priority 0): it points every stub slot at __bunkai_resolve before any
- *     other constructor of the program can call a stub.
+ *     priority 0): it points every stub slot at the function's lazy entry
+ *     (which calls __bunkai_resolve) before any other constructor of the
+ *     program can call a stub.
  *   - Calls into libc are limited to dlopen/dlsym/dlerror, pthread mutexes,
  *     dladdr and realpath; messages and file reads use raw syscalls, so
  *     nothing here depends on stdio state or on functions the program may
@@ -57,13 +58,19 @@
 
 /* Generated per launcher by the driver (stubs.S). */
 extern void *__bunkai_got[];
-extern const unsigned char __bunkai_stubs[]; /* stub `id` at +16 * id */
+extern const unsigned char __bunkai_stubs[]; /* stub `id` at +8 * id */
+extern const unsigned char __bunkai_lazy[];  /* its lazy entry at +5 * id */
 extern const uint32_t __bunkai_nfuncs;
 extern const char __bunkai_libdir[];
 extern const int __bunkai_is_lib;
 
 void __bunkai_resolve(void);
 void *__bunkai_lookup(uint32_t id);
+
+/* What slot `id` holds until the function is loaded. */
+static inline void *lazy_entry(uint32_t id) {
+  return (void *)(__bunkai_lazy + 5 * (size_t)id);
+}
 
 /* Recursive: a library's loading may run code that calls another stub (for
  * instance constructors run again by dlopen during exit). */
@@ -446,8 +453,10 @@ static void library_path(char *path, size_t cap, const char *prefix,
 static void open_imports(uint32_t id, void *h, const char *path, uint64_t bytes) {
   void **slots = (void **)dlsym(h, BUNKAI_LIB_IMPORTS);
   const uint32_t *ids = (const uint32_t *)dlsym(h, BUNKAI_LIB_IMPORT_IDS);
-  if (!slots || !ids)
+  if (!slots && !ids)
     return;
+  if (!slots || !ids)
+    fail_because(id, path, "it has half of its call slots", CAUSE_MISMATCH);
   uint32_t n = ids[0];
   if (n == 0 || (uint64_t)n * 12 >= bytes)
     fail_because(id, path, "its call slots are damaged", CAUSE_MISMATCH);
@@ -479,15 +488,17 @@ static void open_imports(uint32_t id, void *h, const char *path, uint64_t bytes)
       fail_because(id, path, "its call slots name functions the launcher does not have",
                    CAUSE_MISMATCH);
     void *fn = __atomic_load_n(&__bunkai_got[callee], __ATOMIC_ACQUIRE);
-    if (fn != (void *)&__bunkai_resolve) {
+    if (fn != lazy_entry(callee)) {
       __atomic_store_n(&slots[k], fn, __ATOMIC_RELEASE);
       continue;
     }
-    /* Not loaded yet: the stub, `movl $callee, %r11d` (41 bb imm32). */
-    const unsigned char *stub = __bunkai_stubs + 16 * (size_t)callee;
-    uint32_t sid;
-    __builtin_memcpy(&sid, stub + 2, 4);
-    if (stub[0] != 0x41 || stub[1] != 0xbb || sid != callee)
+    /* Not loaded yet: the stub, `jmpq *__bunkai_got+8*callee(%rip)`
+     * (ff 25 rel32). */
+    const unsigned char *stub = __bunkai_stubs + 8 * (size_t)callee;
+    int32_t rel;
+    __builtin_memcpy(&rel, stub + 2, 4);
+    if (stub[0] != 0xff || stub[1] != 0x25 ||
+        stub + 6 + rel != (const unsigned char *)&__bunkai_got[callee])
       fail(id, "(launcher)", "its stubs are not where the manager expects them "
                              "(install the launcher and its libraries from the same "
                              "scatter output)");
@@ -570,7 +581,7 @@ void *__bunkai_lookup(uint32_t id) {
   void *fn;
   pthread_mutex_lock(&lock);
   fn = __atomic_load_n(&__bunkai_got[id], __ATOMIC_ACQUIRE);
-  if (fn == (void *)&__bunkai_resolve) {
+  if (fn == lazy_entry(id)) {
     if (!dir_len)
       find_dir();
     fn = grouped ? grouped_body(id) : function_body(id);
@@ -588,7 +599,7 @@ static void __bunkai_init(void) {
   /* Only empty slots: never forget a function that is already loaded. */
   for (uint32_t i = 0; i < __bunkai_nfuncs; i++)
     if (!__bunkai_got[i])
-      __bunkai_got[i] = (void *)&__bunkai_resolve;
+      __bunkai_got[i] = lazy_entry(i);
   env_profile = getenv("BUNKAI_PROFILE");
   if (env_profile && !*env_profile)
     env_profile = 0;

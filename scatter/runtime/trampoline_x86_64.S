@@ -7,10 +7,16 @@
  * varargs callee how many vector registers carry arguments), must not touch
  * the caller's stack arguments or return address, and must end with a tail
  * jump so the callee returns straight to the caller. %r10 (static chain) is
- * kept too. The stub left the function id in %r11d.
+ * kept too.
  *
- * Frame: push %rbp makes %rsp 16-byte aligned (the call pushed 8 bytes),
- * then 192 bytes of spill space keep it aligned for the C call.
+ * Entry: the caller called a stub, the stub jumped through its slot to the
+ * function's lazy entry, `call __bunkai_resolve` (stubs.rs): the return
+ * address on top of the stack is __bunkai_lazy + 5 * (id + 1), the
+ * caller's below it. Popping the first leaves the stack as the caller left
+ * it, and gives the id: (address - __bunkai_lazy) / 5 - 1.
+ *
+ * Frame: push %rbp makes %rsp 16-byte aligned (the caller's call pushed 8
+ * bytes), then 192 bytes of spill space keep it aligned for the C call.
  */
         .text
         .globl  __bunkai_resolve
@@ -19,6 +25,9 @@
         .p2align 4
 __bunkai_resolve:
         .cfi_startproc
+        popq    %r11
+        /* From here the return address at 0(%rsp) is the caller's: CFA is
+         * %rsp+8 again, as .cfi_startproc says. */
         pushq   %rbp
         .cfi_def_cfa_offset 16
         .cfi_offset %rbp, -16
@@ -41,7 +50,13 @@ __bunkai_resolve:
         movdqa  %xmm5, 144(%rsp)
         movdqa  %xmm6, 160(%rsp)
         movdqa  %xmm7, 176(%rsp)
-        movl    %r11d, %edi
+        leaq    __bunkai_lazy(%rip), %rcx
+        movq    %r11, %rax
+        subq    %rcx, %rax
+        xorl    %edx, %edx
+        movl    $5, %ecx
+        divq    %rcx
+        leal    -1(%rax), %edi
         call    __bunkai_lookup
         movq    %rax, %r11
         movq    0(%rsp), %rdi

@@ -43,7 +43,7 @@ pub mod toolchain;
 
 /// BUNKAI_SCATTER_VERSION in scatter/include/bunkai_scatter.h (manifests,
 /// indexes and launchers call it `abi`).
-pub const ABI: u32 = 4;
+pub const ABI: u32 = 5;
 
 #[cfg(test)]
 mod tests {
