@@ -9,7 +9,8 @@ side by side in one run.
 For each workload it prints
   - instructions executed (valgrind --tool=callgrind, totals), for the
     original and the scattered program, split by what executed them:
-      stub      the launcher's stubs (movl $id,%r11d; jmpq *slot)
+      stub      the launcher's stubs (jmpq *slot(%rip), in a row 8 bytes apart;
+                before ABI 5: movl $id,%r11d; jmpq *slot(%rip))
       plt       PLT entries, in any object (the original has them too, for libc;
                 valgrind attributes them to no object, "???")
       got-load  loads of an address from a GOT (PIC code reaching a global or
@@ -21,7 +22,9 @@ For each workload it prints
 Programs are scattered (and profiled, grouped) in WORK the way
 bench/scatter/tables.py does it, and reused when they are there: SQLite's
 shell (SQLite3-query: 1,000 autocommit inserts and searches on a database
-file on disk) and demo2 (the paper's busy loop; 300 outer iterations under
+file on disk; SQLite3-memory: the same statements 20 times over on an
+in-memory database, so that the run is the program's and not the disk's)
+and demo2 (the paper's busy loop; 300 outer iterations under
 callgrind, 100,000 for wall time). Needs valgrind and objdump."""
 import argparse
 import bisect
@@ -39,6 +42,8 @@ BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 PROGS = os.path.join(ROOT, "tests/programs")
 SQLITE = os.path.join(ROOT, "build/third_party/sqlite")
 CATS = ("stub", "plt", "got-load", "ld.so", "other")
+ABI = int(next(l.split()[2] for l in open(os.path.join(ROOT, "scatter/include/bunkai_scatter.h"))
+               if l.startswith("#define BUNKAI_SCATTER_VERSION")))
 
 
 def log(msg):
@@ -77,6 +82,7 @@ class Disasm:
                            capture_output=True, text=True).stdout
         section = ""
         prev = None  # (addr, text) of the previous instruction
+        jumps = []  # `jmp *X(%rip)` outside the PLT
         for line in d.splitlines():
             if line.startswith("Disassembly of section "):
                 section = line[len("Disassembly of section "):].rstrip(":")
@@ -86,6 +92,8 @@ class Disasm:
             if not m:
                 continue
             addr, text = int(m.group(1), 16), m.group(2)
+            if not section.startswith(".plt") and re.match(r"jmp\s+\*0x[0-9a-f]+\(%rip\)", text):
+                jumps.append(addr)
             if section.startswith(".plt"):
                 k = "plt"
             elif re.match(r"mov\s+\$0x[0-9a-f]+,%r11d$", text):
@@ -98,6 +106,12 @@ class Disasm:
                 k = "other"
             self.kind[addr] = k
             prev = (addr, k)
+        # The launcher's stubs (PLT-like, stubs.rs): `jmpq *slot(%rip)`, 8
+        # bytes apart, in a row; a lone indirect jump is the program's own.
+        js = set(jumps)
+        for a in jumps:
+            if a - 8 in js or a + 8 in js:
+                self.kind[a] = "stub"
 
     def _got_load(self, text):
         m = re.match(r"mov\s+0x[0-9a-f]+\(%rip\),%r\w+\s+# ([0-9a-f]+)", text)
@@ -188,16 +202,43 @@ def parse_callgrind(path):
     return {"total": s, "cats": cats, "objs": objs}
 
 
+def by_object(objs, exe):
+    """Instructions by the object that ran them: the program (original or
+    launcher), the scattered program's libraries, libc, the loader, PLT
+    entries (valgrind's "???") and the rest."""
+    out = {"program": 0, "libraries": 0, "libc": 0, "ld.so": 0, "plt": 0, "rest": 0}
+    libdir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(exe))), "lib")
+    for o, n in objs.items():
+        b = os.path.basename(o)
+        if o == "???":
+            k = "plt"
+        elif os.path.abspath(o) == os.path.abspath(exe):
+            k = "program"
+        elif os.path.abspath(o).startswith(libdir + os.sep):
+            k = "libraries"
+        elif b.startswith("libc.so"):
+            k = "libc"
+        elif "ld-linux" in b:
+            k = "ld.so"
+        else:
+            k = "rest"
+        out[k] += n
+    return out
+
+
 def timed(cmd, stdin=None, setup=None):
+    """Wall time and CPU time (user + system) of one run, in ms."""
     if setup:
         setup()
     f = open(stdin) if stdin else subprocess.DEVNULL
     t = time.perf_counter()
-    r = subprocess.run(cmd, stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, stdin=f, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t
-    if r.returncode not in (0, 1):
-        sys.exit(f"steady: {cmd[0]} exited with {r.returncode}")
-    return dt * 1000.0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode not in (0, 1):
+        sys.exit(f"steady: {cmd[0]} exited with {p.returncode}")
+    return dt * 1000.0, (ru.ru_utime + ru.ru_stime) * 1000.0
 
 
 def outputs_match(a_cmd, b_cmd, stdin=None, setup=None):
@@ -212,7 +253,8 @@ def outputs_match(a_cmd, b_cmd, stdin=None, setup=None):
 
 
 def ensure_grouped(out, inputs, flags, extra, profile_runs, threshold, regroup):
-    if not os.path.exists(os.path.join(out, "manifest.json")):
+    mf = os.path.join(out, "manifest.json")
+    if not os.path.exists(mf) or json.load(open(mf)).get("abi") != ABI:
         t = time.time()
         sh([BUNKAI, "scatter", "-o", out, *extra, *inputs, "--", *flags])
         log(f"scattered {os.path.basename(out)} in {time.time() - t:.0f} s")
@@ -242,10 +284,10 @@ def main():
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threshold", default="64KiB")
     ap.add_argument("--regroup", action="store_true", help="profile and group again")
-    ap.add_argument("--workloads", default="SQLite3-query,demo2")
+    ap.add_argument("--workloads", default="SQLite3-query,SQLite3-memory,demo2")
     ap.add_argument("--no-callgrind", action="store_true")
     ap.add_argument("--json", help="write the figures here too")
-    ap.add_argument("--out", help="write the table here too (markdown), e.g. bench/results/scatter-steady.md")
+    ap.add_argument("--out", help="write the table here too (markdown), e.g. bench/results/scatter-calls.md")
     a = ap.parse_args()
     th = parse_size(a.threshold)
     w = lambda *p: os.path.join(a.work, *p)
@@ -269,6 +311,25 @@ def main():
                         ([db], query, False, rm_db)], th, a.regroup)
         loads.append(("SQLite3-query", [w("sqlite3", "original", "sqlite3"), db],
                       [w("sqlite3", "bin", "sqlite3"), db], query, rm_db, None))
+    if "SQLite3-memory" in want:
+        # SQLite3-query's statements 20 times over on an in-memory database:
+        # the same code without the disk's syncs, and long enough that
+        # start-up is a small part of it (SQLite3-query's own time is mostly
+        # the disk's, and varies with whatever else uses it).
+        mem_sql = w("steady-memory.sql")
+        body = open(query).read()
+        with open(mem_sql, "w") as f:
+            for _ in range(20):
+                f.write(body + "\nDROP TABLE records;\n")
+        if "SQLite3-query" not in want:
+            flags = open(os.path.join(SQLITE, "flags.txt")).read().split() + [f"-I{SQLITE}"]
+            ensure_grouped(w("sqlite3"), [os.path.join(SQLITE, "shell.c"), os.path.join(SQLITE, "sqlite3.c")],
+                           flags, ["--name", "sqlite3"],
+                           [(["bash", init_sh, w("sqlite3", "bin", "sqlite3"), db], None, True, rm_db),
+                            ([db], query, False, rm_db)], th, a.regroup)
+        loads.append(("SQLite3-memory (SQLite3-query x20 on :memory:)",
+                      [w("sqlite3", "original", "sqlite3"), ":memory:"],
+                      [w("sqlite3", "bin", "sqlite3"), ":memory:"], mem_sql, None, None))
     if "demo2" in want:
         ensure_grouped(w("demo2"), [os.path.join(PROGS, "demo/demo2.c")], ["-O0"], [],
                        [(["1000"], None, False, None)], th, a.regroup)
@@ -279,7 +340,7 @@ def main():
     for label, o, s, stdin, setup, cg_arg in loads:
         if not outputs_match(o, s, stdin, setup):
             sys.exit(f"steady: {label}: the scattered program's output differs from the original's")
-        r = {}
+        r = {"exe_orig": o[0], "exe_scat": s[0]}
         if not a.no_callgrind:
             cg = lambda cmd: cmd[:1] + [cg_arg] if cg_arg else cmd
             log(f"{label}: callgrind, original")
@@ -291,7 +352,8 @@ def main():
         for _ in range(a.reps):
             to.append(timed(o, stdin, setup))
             ts.append(timed(s, stdin, setup))
-        r["ms_orig"], r["ms_scat"] = statistics.median(to), statistics.median(ts)
+        r["ms_orig"], r["ms_scat"] = statistics.median(t[0] for t in to), statistics.median(t[0] for t in ts)
+        r["cpu_orig"], r["cpu_scat"] = statistics.median(t[1] for t in to), statistics.median(t[1] for t in ts)
         r["ms_orig_all"], r["ms_scat_all"] = to, ts
         res[label] = r
     rm_db()
@@ -307,8 +369,14 @@ def main():
                 L.append(f"  {c:<14}{io['cats'][c]:>16,}{is_['cats'][c]:>16,}{is_['cats'][c] - io['cats'][c]:>+16,}")
             L.append(f"  {'total':<14}{io['total']:>16,}{is_['total']:>16,}{is_['total'] - io['total']:>+16,}"
                      f"  ({100 * is_['total'] / io['total'] - 100:+.2f}%)")
+            bo, bs = by_object(io["objs"], r["exe_orig"]), by_object(is_["objs"], r["exe_scat"])
+            L.append(f"  {'by object':<14}")
+            for k in bo:
+                L.append(f"  {k:<14}{bo[k]:>16,}{bs[k]:>16,}{bs[k] - bo[k]:>+16,}")
         L.append(f"  wall time, median of {a.reps} interleaved: original {r['ms_orig']:,.1f} ms, "
                  f"scattered {r['ms_scat']:,.1f} ms ({100 * r['ms_scat'] / r['ms_orig'] - 100:+.1f}%)")
+        L.append(f"  CPU time (user+sys), median of the same runs: original {r['cpu_orig']:,.1f} ms, "
+                 f"scattered {r['cpu_scat']:,.1f} ms ({100 * r['cpu_scat'] / r['cpu_orig'] - 100:+.1f}%)")
     text = "\n".join(L)
     print(text)
     if a.out:
