@@ -316,3 +316,39 @@ fn cli_basics() {
     let (_, err) = bunkai_fails(&["trace", "report", "/nonexistent.bkt"]);
     assert!(err.starts_with("bunkai trace: ") && err.trim_end().lines().count() == 1, "{err}");
 }
+
+#[test]
+fn calls_between_groups_go_through_slots_and_behave_like_the_original() {
+    // Issue 23: grouped at 1 KiB, the features program's functions land in
+    // many groups: calls inside a group go straight to the body, calls
+    // between groups through the calling group's slots, which the manager
+    // fills (a slot left empty, or pointing at the wrong body, changes the
+    // program's behaviour or crashes it).
+    let d = tempfile::tempdir().unwrap();
+    let orig = d.path().join("orig");
+    clang_build(&features_srcs(), &["-O2", "-lm", "-lpthread"], &orig);
+    let out = d.path().join("out");
+    scatter(&out, &features_srcs(), &[], &["-O2", "-lm", "-lpthread"]);
+    let o = out.to_str().unwrap();
+    let prof_out = d.path().join("profile-run.txt");
+    bunkai_ok(&["scatter", "profile", o, "--", prof_out.to_str().unwrap()]);
+    bunkai_ok(&["scatter", "group", o, "--threshold", "1KiB"]);
+    same_behaviour(&orig, &out.join("bin/features"), d.path());
+    let groups: Vec<PathBuf> = std::fs::read_dir(out.join("lib/features"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with('g') && n.ends_with(".so")
+        })
+        .collect();
+    assert!(groups.len() >= 4, "only {} groups", groups.len());
+    let with_slots = groups
+        .iter()
+        .filter(|g| {
+            let nm = Command::new("nm").arg("-D").arg(g).output().unwrap();
+            String::from_utf8_lossy(&nm.stdout).contains("__bunkai_gimp")
+        })
+        .count();
+    assert!(with_slots > 0, "no group library calls another through its slots");
+}
