@@ -11,7 +11,9 @@
 //! them): which join points each pointcut selects, that every pointcut
 //! selects at least one, that hosts named with @ are among the programs',
 //! and that every program variable the aspect names (local_var, select,
-//! move/copy/xin/xout from and to) is visible at every join point selected.
+//! move/copy/xin/xout from and to) is visible at every join point selected;
+//! and the advice's C compiles in the module weave would build, each error
+//! at the aspect's own line and column.
 
 use crate::aspect::{self, Aspect, Diag, How, Pos, Prim};
 use crate::joinpoints::{self, JoinPoint};
@@ -34,6 +36,8 @@ pub struct CheckOptions {
     pub programs: Vec<String>,
     /// One JSON document: the pointcuts and the join points each selects
     pub json: bool,
+    /// Extra flags for compiling the advice, as weave's --cflags
+    pub cflags: Option<String>,
 }
 
 /// Checks that need no program. Every problem, in file order.
@@ -306,6 +310,31 @@ pub fn run(a: &CheckOptions) -> Result<ExitCode> {
             let _ = writeln!(err, "bunkai flow: {name}:{d}");
         }
         bail!("{name}:{}", diags[diags.len() - 1]);
+    }
+    // the advice's C, compiled as weave would for each program: errors at
+    // the aspect's lines; the generated code around it (xin and xout) needs
+    // the header's struct, which only --cflags gives: without it, that part
+    // is left unchecked, and said so
+    let (mut in_aspect, mut generated) = (Vec::<String>::new(), Vec::<String>::new());
+    for p in &progs {
+        let e = crate::weave::c_errors(&aspect, &name, p, a.cflags.as_deref())?;
+        in_aspect.extend(e.in_aspect.into_iter().filter(|x| !in_aspect.contains(x)).collect::<Vec<_>>());
+        generated.extend(e.generated.into_iter().filter(|x| !generated.contains(x)).collect::<Vec<_>>());
+    }
+    let fix = "xin and xout need the header's struct: --cflags \"-include header.h\"";
+    if !in_aspect.is_empty() || (!generated.is_empty() && a.cflags.is_some()) {
+        let mut all: Vec<String> = in_aspect;
+        all.extend(generated.iter().map(|m| format!("{name}: the generated module does not compile: {m} ({fix})")));
+        let (last, rest) = all.split_last().expect("not empty");
+        let mut err = std::io::stderr().lock();
+        for e in rest {
+            let _ = writeln!(err, "bunkai flow: {e}");
+        }
+        bail!("{last}");
+    }
+    if let Some(first) = generated.first() {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "bunkai flow: note: {name}: the module's xin/xout code was not compiled ({first}; {fix} checks it too)");
     }
     let us = uses(&aspect);
     let out = if a.json {

@@ -47,10 +47,54 @@ pub fn emit(a: &EmitOptions) -> Result<std::process::ExitCode> {
     let (aspect, prog, module) = checked_aspect(&a.aspect, &a.program, a.name.as_deref())?;
     let g = generate(&aspect, &prog, 0, &module)?;
     match &a.out {
-        Some(p) => bunkai_common::files::write_atomic(p, g.source.as_bytes())?,
-        None => crate::stdout(&g.source)?,
+        Some(p) => bunkai_common::files::write_atomic(p, g.named(&a.aspect.display().to_string(), &p.display().to_string()).as_bytes())?,
+        None => crate::stdout(&g.named(&a.aspect.display().to_string(), &format!("{module}.c")))?,
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The advice's C errors for one program: the module `weave` would build
+/// (its sleds at link-time addresses), compiled with -fsyntax-only. The
+/// module's `#line` directives name the aspect file as `aspect_name`:
+/// errors in the aspect's own C come first, as `FILE:LINE:COL: message`;
+/// then the errors in the generated code around it (what xin and xout
+/// write needs the header's struct, which only --cflags can give).
+pub struct CErrors {
+    pub in_aspect: Vec<String>,
+    pub generated: Vec<String>,
+}
+
+pub fn c_errors(aspect: &Aspect, aspect_name: &str, prog: &Program, cflags: Option<&str>) -> Result<CErrors> {
+    let g = generate(aspect, prog, 0, "flow_check")?;
+    let dir = tempfile::Builder::new().prefix("bunkai-flow-check-").tempdir()?;
+    let c = dir.path().join("flow_check.c");
+    std::fs::write(&c, g.named(aspect_name, "(generated)"))?;
+    let inc = bunkai_common::install::helper_libdir()?.join("include");
+    let mut cc = std::process::Command::new("clang-14");
+    cc.args(["-fsyntax-only", "-fno-caret-diagnostics", "-fno-diagnostics-fixit-info"]).arg(format!("-I{}", inc.display()));
+    if let Some(f) = cflags {
+        cc.args(f.split_whitespace());
+    }
+    let out = cc.arg(&c).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e} (scripts/install-deps.sh installs it)"))?;
+    let mut e = CErrors { in_aspect: Vec::new(), generated: Vec::new() };
+    if out.status.success() {
+        return Ok(e);
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    for l in err.lines() {
+        let Some((at, msg)) = l.split_once(": error: ").or_else(|| l.split_once(": fatal error: ")) else { continue };
+        let (list, line) = match at.strip_prefix(aspect_name) {
+            Some(rest) if rest.starts_with(':') => (&mut e.in_aspect, format!("{at}: {msg}")),
+            _ => (&mut e.generated, msg.to_string()),
+        };
+        if !list.contains(&line) {
+            list.push(line);
+        }
+    }
+    if e.in_aspect.is_empty() && e.generated.is_empty() {
+        e.generated.push(err.lines().next().unwrap_or("clang-14 failed").to_string());
+    }
+    Ok(e)
 }
 
 /// What to weave into which process, and how: `bunkai flow weave`'s
@@ -299,7 +343,7 @@ fn build_module(a: &WeaveOptions, aspect: &Aspect, prog: &Program, bias: u64, mo
     let g = generate(aspect, prog, bias, module)?;
     let c = dir.join(if tag == 0 { format!("{module}.c") } else { format!("{module}.{tag}.c") });
     let o = c.with_extension("o");
-    std::fs::write(&c, &g.source)?;
+    std::fs::write(&c, g.named(&a.aspect.display().to_string(), &c.display().to_string()))?;
     let inc = bunkai_common::install::helper_libdir()?.join("include");
     // an xout's guard needs offsetof its header member, which a bitfield
     // has not: then those sleds are woven unguarded

@@ -1589,6 +1589,41 @@ fn check_refuses_an_xin_field_wider_than_its_member() {
     assert!(err.contains("field flags: bits 4..16 overflow netif_tx_request.flags, which is 16 bits wide"), "{err}");
 }
 
+/// `check --program` compiles the advice as weave would, and a C error in
+/// it is reported at the aspect's own line and column (the module's
+/// `#line` directives), not in a generated temp file; the generated code
+/// around it (xin/xout) is left unchecked without the header's struct, and
+/// check says so, and checks it with --cflags.
+#[test]
+fn check_reports_c_errors_at_the_aspects_line() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("packets");
+    flow_cc("packets", &["-O2"], &exe);
+    let text = std::fs::read_to_string(aspect("packets")).unwrap();
+    let bad = d.path().join("bad.xml");
+    std::fs::write(&bad, text.replace("STORE_DATA3($pc$, tsc, id);", "STORE_DATA3($pc$, tsc, idd);")).unwrap();
+    let line = text.lines().position(|l| l.contains("STORE_DATA3")).unwrap() + 1;
+    let (_, err) = bunkai_fails(&["flow", "check", bad.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains(&format!("bad.xml:{line}:")), "{err}");
+    assert!(err.contains("use of undeclared identifier 'idd'"), "{err}");
+    // what weave compiles names the aspect's lines too
+    let c = String::from_utf8(bunkai_ok(&["flow", "emit", bad.to_str().unwrap(), "--program", exe.to_str().unwrap()]).stdout).unwrap();
+    let before = text.lines().position(|l| l.contains("<before>")).unwrap() + 1;
+    assert!(c.contains(&format!("#line {before} \"{}\"", bad.display())), "{c}");
+    // xin/xout: the header's struct comes from --cflags
+    let inc = format!("-I{}", program("flow").display());
+    let drv = d.path().join("splitdrv");
+    flow_cc("splitdrv", &["-O2", &inc], &drv);
+    let sd = aspect("splitdrv");
+    let o = bunkai_ok(&["flow", "check", sd.to_str().unwrap(), "--program", drv.to_str().unwrap()]);
+    let note = String::from_utf8_lossy(&o.stderr);
+    assert!(note.contains("was not compiled") && note.contains("--cflags"), "{note}");
+    let header = format!("-include {}", program("flow").join("splitdrv.h").display());
+    let o = bunkai_ok(&["flow", "check", sd.to_str().unwrap(), "--program", drv.to_str().unwrap(), "--cflags", &header]);
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// Every aspect the tests and benchmarks weave passes `bunkai flow check`
 /// by itself (syntax, flow names, fields): the benchmarks' aspects (Apache's
 /// among them) are not woven by any test, and must not rot unseen.
