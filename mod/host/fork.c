@@ -3,9 +3,11 @@
  * its workers would otherwise keep one socket, its parent's, whose command
  * thread does not exist in the children. pthread_atfork handlers:
  *   - prepare takes txn_lock (server.c), which the command thread holds
- *     while it serves a connection, so a fork waits for a load or unload in
+ *     while it carries out a message (not while it waits for a client's
+ *     next one), so a fork waits for a step of a load or unload in
  *     progress (at most FORK_WAIT_S) and the child never inherits half of
- *     one; then mod_lock and reg_lock, which program threads take for a
+ *     one; the child closes its copy of a connection in service and undoes
+ *     its copy of that session (the parent goes on with it); then mod_lock and reg_lock, which program threads take for a
  *     moment (bunkai_iface, bunkai_lookup), so the child never inherits
  *     one whose owner does not exist in it. A fork from a signal handler
  *     during a fork (glibc runs the handlers again) takes nothing more:
@@ -165,6 +167,8 @@ static void child(void) {
     pthread_mutex_init(&reg_lock, NULL);
   }
   readers_after_fork();
+  if (had)
+    serving_after_fork();
   if (listen_fd < 0 && !pending_host)
     return; /* no host here, none coming */
   if (listen_fd >= 0)

@@ -2,9 +2,10 @@
  * server.c - the command thread: bunkai_host_start makes the socket and
  * starts it; it admits connections, serves them one at a time once they
  * have sent something, and dispatches each message. Everything it does
- * after a poll returns holds txn_lock, which fork.c's prepare handler
- * takes, so a fork never copies a half-done transaction (or a locked
- * registry) into the child. Rules: host.h.
+ * after a poll returns holds txn_lock, except waiting for a client's next
+ * message, and fork.c's prepare handler takes it, so a fork never copies a
+ * half-done message (or a locked registry) into the child, and a stalled
+ * client does not hold up the program's forks. Rules: host.h.
  */
 #include "host.h"
 
@@ -14,14 +15,31 @@
 static unsigned char *rbuf;
 static size_t rcap;
 
+/* The connection being served and its session, for a fork child to undo
+ * (serving_after_fork). Set and cleared under txn_lock. */
+static struct session *serving;
+static int serving_fd = -1;
+
+/* Called with txn_lock held, as handle() is; gives it up while it waits
+ * for the client's next message, so that a client that stalls between
+ * messages holds up no fork (the program's, which fork.c's prepare makes
+ * wait for txn_lock), only its own transaction. Each message is carried out
+ * under the lock, so a fork child sees the session between messages. */
 static void serve(int fd) {
   struct session s = {.passed_fd = -1};
+  serving = &s;
+  serving_fd = fd;
   for (;;) {
     uint32_t hdr[2];
-    if (read_full(fd, hdr, 4, &s.passed_fd))
+    pthread_mutex_unlock(&txn_lock);
+    int got = read_full(fd, hdr, 4, &s.passed_fd);
+    if (got) {
+      pthread_mutex_lock(&txn_lock);
       break;
+    }
     if (hdr[0] < 4 || hdr[0] > MAX_MSG) {
       send_err(fd, "message of %u bytes refused", hdr[0]);
+      pthread_mutex_lock(&txn_lock);
       break;
     }
     struct msg m = {0};
@@ -30,14 +48,16 @@ static void serve(int fd) {
       unsigned char *p = realloc(rbuf, m.len + 1);
       if (!p) {
         send_err(fd, "out of memory for a %zu-byte message", m.len);
+        pthread_mutex_lock(&txn_lock);
         break;
       }
-      rbuf = p;
+      rbuf = p; /* then rcap: a fork between the two sees a smaller capacity */
       rcap = m.len + 1;
     }
     m.p = rbuf;
-    if (read_full(fd, &hdr[1], 4, &s.passed_fd) ||
-        (m.len && read_full(fd, m.p, m.len, &s.passed_fd)))
+    got = read_full(fd, &hdr[1], 4, &s.passed_fd) || (m.len && read_full(fd, m.p, m.len, &s.passed_fd));
+    pthread_mutex_lock(&txn_lock);
+    if (got)
       break;
     int rc;
     switch (hdr[1]) {
@@ -79,6 +99,21 @@ static void serve(int fd) {
   }
   /* Whatever this connection staged and did not commit goes away. */
   rollback(&s);
+  serving = NULL;
+  serving_fd = -1;
+}
+
+/* In a fork child, whose prepare handler held txn_lock: the connection the
+ * parent was serving, between two messages, is the parent's. The child
+ * closes its copy and undoes its copy of the session (the staged memory is
+ * the child's own private copy; the parent goes on with the transaction). */
+void serving_after_fork(void) {
+  if (serving)
+    rollback(serving);
+  if (serving_fd >= 0)
+    close(serving_fd);
+  serving = NULL;
+  serving_fd = -1;
 }
 
 int listen_fd = -1;

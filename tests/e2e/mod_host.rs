@@ -1169,6 +1169,35 @@ fn a_fork_child_unloads_while_a_parent_thread_is_in_a_call() {
     assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
 }
 
+/// A client that staged a module and went silent, its connection still
+/// open, holds up no fork of the program: the host gives up its lock while
+/// it waits for a client's next message (before, the fork waited 5 s for
+/// it and the child got no host). The child undoes its copy of that
+/// session (its memory in use is the parent's before the staging) and
+/// answers; the parent's session goes on, and its staging goes when the
+/// client leaves.
+#[test]
+fn a_stalled_client_holds_up_no_fork() {
+    let mut h = ForkHost::start();
+    let before = Raw::connect(Path::new(&h.sock)).used();
+    let mut stalled = Raw::connect(Path::new(&h.sock));
+    stalled.stage(&ret_value(7));
+    let staged = stalled.used();
+    assert!(staged > before, "{staged} <= {before}");
+    let (_, child_sock) = h.fork("fork");
+    assert_ne!(child_sock, "none", "the fork child has no host: the fork waited for the stalled client");
+    assert_eq!(Raw::connect(Path::new(&child_sock)).used(), before, "the child kept its copy of the parent's staging");
+    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &child_sock, "--json"]).stdout).unwrap();
+    assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
+    assert_eq!(stalled.used(), staged, "the parent's session did not go on");
+    drop(stalled);
+    let t0 = Instant::now();
+    while Raw::connect(Path::new(&h.sock)).used() != before {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the parent kept the staging of a client that left");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `bunkai flow unweave` on a forking host: the module goes from the
 /// parent, and a child of the same program whose host does not answer
 /// (its socket removed here) is named as not checked (`unchecked` in JSON),
