@@ -72,9 +72,15 @@ impl Tables {
     }
 }
 
-fn load(given: &[PathBuf]) -> Result<Vec<Buffer>> {
+fn load(given: &[PathBuf], json: bool) -> Result<Vec<Buffer>> {
     let files = buffer::find(given, &buffer::dir())?;
-    files.iter().map(|p| buffer::read(p)).collect()
+    buffer::read_all(&files, progress(json))
+}
+
+/// Whether reading shows its progress: on a terminal, and not under --json.
+fn progress(json: bool) -> bool {
+    use std::io::IsTerminal;
+    !json && std::io::stderr().is_terminal()
 }
 
 fn place(t: &mut Tables, b: &Buffer, r: &Record) -> (String, String, u32) {
@@ -89,7 +95,7 @@ fn short(path: &str) -> &str {
 }
 
 pub fn dump(a: &DumpOptions) -> Result<ExitCode> {
-    let bufs = load(&a.buffers)?;
+    let bufs = load(&a.buffers, a.json)?;
     // Streamed, record by record: a buffer may hold tens of millions.
     let out = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 16, out.lock());
@@ -223,7 +229,7 @@ pub fn report(a: &ReportOptions) -> Result<ExitCode> {
             dir.display()
         );
     }
-    let bufs: Vec<Buffer> = files.iter().map(|p| buffer::read(p)).collect::<Result<_>>()?;
+    let bufs: Vec<Buffer> = buffer::read_all(&files, progress(a.json))?;
     let mask = if a.id_bits >= 64 { u64::MAX } else { (1u64 << a.id_bits) - 1 };
     let only = a.flow.as_deref().map(parse_id).transpose()?.map(|f| f & mask);
     let mut t = Tables(HashMap::new());

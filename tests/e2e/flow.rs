@@ -778,6 +778,35 @@ fn records_run(dir: &Path, n: usize, buf: &str) -> (PathBuf, PathBuf) {
     (exe, bufs)
 }
 
+/// Reading buffers shows a count of the bytes read on a terminal (here
+/// after 0 ms instead of a second, BUNKAI_PROGRESS_AFTER_MS), and nothing
+/// when stderr is not one, or under --json.
+#[test]
+fn report_shows_its_reading_on_a_terminal_only() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, bufs) = records_run(d.path(), 30, "1M");
+    let report = format!("{} flow report --all > /dev/null", bunkai().display());
+    let tty = Command::new("script")
+        .args(["-qec", &report, "/dev/null"])
+        .env("BUNKAI_FLOW_DIR", &bufs)
+        .env("BUNKAI_PROGRESS_AFTER_MS", "0")
+        .output_within(DEADLINE);
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{shown}");
+    assert!(shown.contains("reading ") && shown.contains(" read ("), "no progress on a terminal: {shown:?}");
+    for json in [false, true] {
+        let mut c = Command::new(bunkai());
+        c.args(["flow", "report", "--all"]).env("BUNKAI_FLOW_DIR", &bufs).env("BUNKAI_PROGRESS_AFTER_MS", "0");
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output_within(DEADLINE);
+        assert!(o.status.success(), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains(" read ("), "progress on a pipe: {err:?}");
+    }
+}
+
 /// `bunkai flow dump` and `report` on the buffers of a real two-process
 /// run (records.c does by hand what woven advice does): every flow's
 /// timeline crosses from the front end to the back end, and the Chrome and
