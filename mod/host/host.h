@@ -321,7 +321,7 @@ int listen_on(const char *path);
 int same_socket(int fd, uint64_t ino); /* fd still names the socket of inode ino */
 int start_thread(void);
 void *command_thread(void *fd); /* serves the listening socket fd (an intptr_t) */
-void serving_after_fork(void); /* a fork child: the parent's connection in service is not its own */
+void serving_after_fork(int consistent); /* a fork child: the parent's connection in service is not its own */
 
 /* ---- fork.c: a host in every fork child ---------------------------------- */
 

@@ -1171,9 +1171,10 @@ fn a_fork_child_unloads_while_a_parent_thread_is_in_a_call() {
 
 /// A client that staged a module and went silent, its connection still
 /// open, holds up no fork of the program: the host gives up its lock while
-/// it waits for a client's next message (before, the fork waited 5 s for
-/// it and the child got no host). The child undoes its copy of that
-/// session (its memory in use is the parent's before the staging) and
+/// it waits for the next message of a client that has published nothing
+/// (before, the fork waited 5 s for it and the child got no host). The
+/// child undoes its copy of that session (its memory in use is the
+/// parent's before the staging), closes its copy of the connection, and
 /// answers; the parent's session goes on, and its staging goes when the
 /// client leaves.
 #[test]
@@ -1186,10 +1187,15 @@ fn a_stalled_client_holds_up_no_fork() {
     assert!(staged > before, "{staged} <= {before}");
     let (_, child_sock) = h.fork("fork");
     assert_ne!(child_sock, "none", "the fork child has no host: the fork waited for the stalled client");
+    assert_eq!(stalled.used(), staged, "the parent's session did not go on");
     assert_eq!(Raw::connect(Path::new(&child_sock)).used(), before, "the child kept its copy of the parent's staging");
     let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &child_sock, "--json"]).stdout).unwrap();
     assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
-    assert_eq!(stalled.used(), staged, "the parent's session did not go on");
+    // the parent ends the connection (a message too large): the client sees
+    // its end, which it would not while the child held a copy of it
+    stalled.s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    stalled.reply().refusal("a message of 4 GiB");
+    assert!(matches!(stalled.reply(), Reply::Closed), "the connection stayed open after the parent closed it");
     drop(stalled);
     let t0 = Instant::now();
     while Raw::connect(Path::new(&h.sock)).used() != before {
