@@ -504,7 +504,9 @@ const RESET_LINE: &str = "#line __BKF_RESET__";
 fn code_c(code: &crate::aspect::Code) -> String {
     let text = code.text.replace("$pc$", "bkf_pc__");
     let pad = " ".repeat((code.pos.col as usize).saturating_sub(3));
-    format!("#line {} {ASPECT_NAME}\n{pad}{{ {} }}\n{RESET_LINE}\n", code.pos.line, text.trim_end())
+    // the closing brace on a line of its own: the code's last line may end
+    // in a // comment or a backslash
+    format!("#line {} {ASPECT_NAME}\n{pad}{{ {}\n}}\n{RESET_LINE}\n", code.pos.line, text.trim_end())
 }
 
 /// A C string literal of a path.
@@ -516,7 +518,7 @@ fn c_string(s: &str) -> String {
                 out.push('\\');
                 out.push(ch);
             }
-            '\n' => out += "\\n",
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out += &format!("\\{:03o}", c as u32),
             c => out.push(c),
         }
     }

@@ -322,9 +322,18 @@ pub fn run(a: &CheckOptions) -> Result<ExitCode> {
         generated.extend(e.generated.into_iter().filter(|x| !generated.contains(x)).collect::<Vec<_>>());
     }
     let fix = "xin and xout need the header's struct: --cflags \"-include header.h\"";
-    if !in_aspect.is_empty() || (!generated.is_empty() && a.cflags.is_some()) {
+    // only a struct the aspect's xin/xout code names, missing without the
+    // header, is left to --cflags; anything else in the generated code fails
+    let has_xio = aspect.xflows.iter().any(|x| x.transits.iter().any(|t| matches!(t.how, aspect::How::Xin { .. } | aspect::How::Xout { .. })));
+    let header_only = has_xio && a.cflags.is_none() && generated.iter().all(|m| m.contains("incomplete") && m.contains("struct"));
+    if !in_aspect.is_empty() || (!generated.is_empty() && !header_only) {
+        // errors at the aspect's lines are each real; the generated code's
+        // follow from the first (an unbalanced brace cascades): that one only
         let mut all: Vec<String> = in_aspect;
-        all.extend(generated.iter().map(|m| format!("{name}: the generated module does not compile: {m} ({fix})")));
+        let why = if has_xio { fix } else { "an unbalanced brace or parenthesis in the advice? `bunkai flow emit` shows the module" };
+        if all.is_empty() {
+            all.extend(generated.first().map(|m| format!("{name}: the module does not compile around the aspect's C: {m} ({why})")));
+        }
         let (last, rest) = all.split_last().expect("not empty");
         let mut err = std::io::stderr().lock();
         for e in rest {
