@@ -327,7 +327,7 @@ fn connect_host(pid: u32) -> Result<bunkai_mod::proto::Host> {
     if !await_socket(pid) {
         bail!("{}", no_host(pid, &sock));
     }
-    bunkai_mod::proto::Host::connect(&sock).map_err(|e| {
+    let host = bunkai_mod::proto::Host::connect(&sock).map_err(|e| {
         if state_of(pid).map_or(true, |s| s == 'Z') {
             anyhow::anyhow!("process {pid} is gone: it ended while we connected (what was woven into it went with it)")
         } else if format!("{e:#}").contains("Connection refused") {
@@ -338,7 +338,17 @@ fn connect_host(pid: u32) -> Result<bunkai_mod::proto::Host> {
         } else {
             e
         }
-    })
+    })?;
+    // the socket named after pid is that process's own: not a socket left
+    // by a process that had the pid before, taken over by another listener
+    let listener = host.peer_pid()?;
+    if listener != pid {
+        bail!(
+            "{} is not process {pid}'s: process {listener} listens on it (a process that had pid {pid} before left it; nothing was sent)",
+            sock.display()
+        );
+    }
+    Ok(host)
 }
 
 /// The names of the modules loaded in a host.

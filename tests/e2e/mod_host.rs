@@ -1204,6 +1204,41 @@ fn a_stalled_client_holds_up_no_fork() {
     }
 }
 
+/// `flow weave`/`unweave --pid P` talk to process P's own host only: a
+/// socket named P.sock in the default directory on which another process
+/// listens (one that had the pid before left it, and another took the
+/// name) is refused before anything is sent, naming the listener.
+#[test]
+fn a_socket_named_for_a_pid_but_held_by_another_process_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path().join("run");
+    std::fs::create_dir_all(xdg.join("bunkai-mod")).unwrap();
+    for d in [xdg.clone(), xdg.join("bunkai-mod")] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let sleeper = Command::new("sleep").arg("120").spawn().unwrap();
+    kill_after(&sleeper, DEADLINE, "sleep 120");
+    let _k = KillPids(vec![sleeper.id()]);
+    let p = sleeper.id();
+    let exe = build_host(dir.path());
+    let sock = xdg.join(format!("bunkai-mod/{p}.sock"));
+    let mut host = Command::new(&exe).arg(&sock).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    kill_after(&host, DEADLINE, "answer-host");
+    let _h = KillPids(vec![host.id()]);
+    let lines = stdout_lines(&mut host);
+    let l = lines.recv_timeout(Duration::from_secs(30)).expect("the test host printed nothing within 30 s");
+    assert!(l.starts_with("socket "), "{l}");
+    let o = Command::new(bunkai())
+        .args(["flow", "unweave", "--pid", &p.to_string(), "answer42"])
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .output_within(DEADLINE);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains(&format!("is not process {p}'s: process {} listens on it", host.id())), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
 /// `bunkai flow unweave` on a forking host: the module goes from the
 /// parent, and a child of the same program whose host does not answer
 /// (its socket removed here) is named as not checked (`unchecked` in JSON),
