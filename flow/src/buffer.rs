@@ -20,6 +20,11 @@ pub const REC_DONE: u16 = 1;
 /// A writer's chunk: records follow its 8-byte head, up to its size or a
 /// zero word.
 pub const REC_CHUNK: u16 = 2;
+/// BKF_JP_LIVE_AT_EXIT: a record that is no step, but what a table still
+/// held at the process's exit (live keys, the table's name in 3 words, up
+/// to BKF_LIVE_SAMPLE (key, flow ID) pairs).
+pub const JP_LIVE_AT_EXIT: u32 = 0xffff_fffe;
+pub const LIVE_SAMPLE: usize = 4;
 /// The runtime cuts a record's values at this many.
 pub const MAX_VALS: usize = 1024;
 /// Where buffers are unless BUNKAI_FLOW_DIR says otherwise.
@@ -693,5 +698,36 @@ pub mod tests {
         assert_eq!(e.0, vec![ended]);
         let e = select(Which::Pids(&[4_000_000]), d.path()).unwrap_err().to_string();
         assert!(e.contains("no buffer of process 4000000"), "{e}");
+    }
+}
+
+/// What a table still held when its process exited (a BKF_JP_LIVE_AT_EXIT
+/// record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveAtExit {
+    pub table: String,
+    pub live: u64,
+    /// Up to LIVE_SAMPLE (key, flow ID) pairs.
+    pub sample: Vec<(u64, u64)>,
+}
+
+impl Record {
+    /// A step of a flow (not a record the runtime writes about itself).
+    pub fn is_step(&self) -> bool {
+        self.jp != Some(JP_LIVE_AT_EXIT)
+    }
+
+    /// The table summary this record holds, if it is one (None when it is
+    /// a step, or too short to be one).
+    pub fn live_at_exit(&self) -> Option<LiveAtExit> {
+        if self.is_step() || self.vals.len() < 4 {
+            return None;
+        }
+        let mut name: Vec<u8> = self.vals[1..4].iter().flat_map(|w| w.to_le_bytes()).collect();
+        if let Some(z) = name.iter().position(|&c| c == 0) {
+            name.truncate(z);
+        }
+        let sample = self.vals[4..].chunks_exact(2).take(LIVE_SAMPLE).map(|p| (p[0], p[1])).collect();
+        Some(LiveAtExit { table: String::from_utf8_lossy(&name).into_owned(), live: self.vals[0], sample })
     }
 }

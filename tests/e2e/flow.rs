@@ -758,6 +758,10 @@ fn check_selects_join_points_and_refuses_bad_aspects() {
 /// five functions' entry join points recorded, its buffers (BUNKAI_FLOW_BUF
 /// buf) in dir/bufs: returns the program and the buffer directory.
 fn records_run(dir: &Path, n: usize, buf: &str) -> (PathBuf, PathBuf) {
+    records_run_with(dir, n, buf, &[])
+}
+
+fn records_run_with(dir: &Path, n: usize, buf: &str, env: &[(&str, &str)]) -> (PathBuf, PathBuf) {
     let exe = dir.join("records");
     flow_cc_with_runtime("records", &["-O2"], &exe);
     let jps = points(&exe);
@@ -773,9 +777,49 @@ fn records_run(dir: &Path, n: usize, buf: &str) -> (PathBuf, PathBuf) {
         .env("BUNKAI_FLOW_DIR", &bufs)
         .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
         .env("BUNKAI_FLOW_BUF", buf)
+        .envs(env.iter().copied())
         .output_within(DEADLINE);
     assert!(out.status.success(), "{out:?}");
     (exe, bufs)
+}
+
+/// `bunkai ARGS` with its buffers in `bufs`, which must succeed.
+fn bunkai_in(bufs: &Path, args: &[&str]) -> std::process::Output {
+    let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", bufs).output_within(DEADLINE);
+    assert!(o.status.success(), "bunkai {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+/// A process that exits with keys still in a flow table (objects that ended
+/// without their quit: records.c's RECORDS_LEAK leaves 3 clones' keys) gets
+/// a warning in `report` naming the table, the count and a key with its
+/// flow, and `live_at_exit` in --json; one that removed every key gets
+/// none; the runtime's record about it is no step of any flow. (The shared
+/// library writes it at exit; records links libbunkai-flow.so.)
+#[test]
+fn report_warns_of_keys_left_in_a_table_at_exit() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, bufs) = records_run_with(d.path(), 30, "1M", &[("RECORDS_LEAK", "3")]);
+    let text = String::from_utf8(bunkai_in(&bufs, &["flow", "report", "--all"]).stdout).unwrap();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(warnings[0].contains("exited with 3 keys still in flow table pktflow (key 0x") && warnings[0].contains("add a <quit>"), "{text}");
+    let v: Value = serde_json::from_slice(&bunkai_in(&bufs, &["flow", "report", "--all", "--json"]).stdout).unwrap();
+    let l = v["live_at_exit"].as_array().unwrap();
+    assert_eq!(l.len(), 1, "{v}");
+    assert_eq!((l[0]["table"].as_str(), l[0]["live"].as_u64()), (Some("pktflow"), Some(3)), "{v}");
+    assert_eq!(l[0]["sample"].as_array().unwrap().len(), 3, "{v}");
+    // the leaked clones' flows are flows like the others: 30 packets, 30 flows
+    assert_eq!(v["flows"].as_array().unwrap().len(), 30, "{v}");
+    let flows: Vec<&str> = v["flows"].as_array().unwrap().iter().map(|f| f["flow"].as_str().unwrap()).collect();
+    for s in l[0]["sample"].as_array().unwrap() {
+        assert!(flows.contains(&s["flow"].as_str().unwrap()), "{s} is not one of the flows");
+    }
+    // every key removed: no warning
+    let d2 = tempfile::tempdir().unwrap();
+    let (_, clean) = records_run(d2.path(), 30, "1M");
+    let text = String::from_utf8(bunkai_in(&clean, &["flow", "report", "--all"]).stdout).unwrap();
+    assert!(!text.contains("warning:"), "{text}");
 }
 
 /// Reading buffers shows a count of the bytes read on a terminal (here
