@@ -300,6 +300,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
+            // an error that an interrupt caused (its cleanup removed the
+            // work meanwhile) ends as the interrupt: 130, its one line
+            bunkai_common::files::yield_to_interrupt();
             if let Some(io) = output_error(&e) {
                 return output_failed(name, &io);
             }
