@@ -19,11 +19,11 @@ JOBS    ?= $(shell nproc)
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: guest all native cli deps demo test unit e2e bench bench-scatter bench-trace bench-share bench-flow bench-mod bench-cli stress-share clean fetch-sqlite fetch-zlib fetch-memcached fetch-apache install uninstall deb
+.PHONY: guest fetch-qemu-plugin-header all native cli deps demo test unit e2e bench bench-scatter bench-trace bench-share bench-flow bench-mod bench-cli stress-share clean fetch-sqlite fetch-zlib fetch-memcached fetch-apache install uninstall deb
 
 all: native cli
 
-native:
+native: fetch-qemu-plugin-header
 	@mkdir -p $(BUILD) && cmake -S . -B $(BUILD)/cmake -G Ninja -DCMAKE_C_COMPILER=clang-14 \
 	  -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_ASM_COMPILER=clang-14 \
 	  -DBUNKAI_OUT=$(BUILD) >$(BUILD)/cmake.log 2>&1 || { cat $(BUILD)/cmake.log; exit 1; }
@@ -36,6 +36,10 @@ cli:
 
 deps:
 	@bash scripts/install-deps.sh
+
+# trace's QEMU plugin: the plugin API header from Debian's qemu source.
+fetch-qemu-plugin-header:
+	@bash scripts/fetch-qemu-plugin-header.sh $(BUILD)/third_party/qemu-plugin
 
 fetch-sqlite:
 	@bash scripts/fetch-sqlite.sh $(BUILD)/third_party/sqlite
