@@ -1,0 +1,436 @@
+//! `bunkai trace record --system`: the whole machine, kernel and server,
+//! in one trace (issue 22; TURU, seed 001, traced Linux and Apache
+//! together). The guest of trace/guest/ (Debian's kernel, an initramfs with
+//! Apache) boots under QEMU's TCG with the plugin of trace/qemu/ loaded;
+//! the plugin streams the same messages as the Valgrind tool over the same
+//! kind of socket, and the connection is served by record.rs's
+//! `serve_conn` (zstd on the recorder's side, the same writer).
+//!
+//! The plugin reads no registers (QEMU 7.2's plugin API cannot): what it
+//! learns of the kernel comes from control flow reaching addresses of the
+//! guest's System.map. This file decides which addresses (the watch file),
+//! boots the guest, gives the plugin the server's /proc/PID/maps (printed
+//! by the guest's init, saved before the request is sent), sends one HTTP
+//! GET through QEMU's user network on 127.0.0.1, and waits for the plugin
+//! to close the window (the server's close of the connection), each step
+//! with a deadline.
+
+use crate::format::{self, Writer};
+use crate::record::{serve_conn, ConnEnd, Msg, Totals};
+use anyhow::{bail, Context, Result};
+use bunkai_common::fmt::commas;
+use std::io::{BufRead, Read, Write};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::AtomicU32;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// `record --system`'s options.
+#[derive(Debug)]
+pub struct SystemOptions {
+    pub output: PathBuf,
+    /// Directory with vmlinuz, initrd.gz, System.map (`make guest`).
+    pub guest: PathBuf,
+    /// The HTTP path to GET inside the window.
+    pub get: String,
+    pub no_mem: bool,
+    pub level: i32,
+    pub json: bool,
+    pub verbose: bool,
+    /// Deadline of the boot, in seconds.
+    pub boot_timeout: u64,
+    /// Deadline of the request (sent to window closed), in seconds.
+    pub timeout: u64,
+}
+
+/// One text symbol of System.map.
+#[derive(Debug, Clone)]
+pub struct Sym {
+    pub addr: u64,
+    pub name: String,
+}
+
+/// The text symbols of a System.map (or /proc/kallsyms), sorted.
+pub fn read_system_map(path: &Path) -> Result<Vec<Sym>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut v: Vec<Sym> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let addr = u64::from_str_radix(it.next()?, 16).ok()?;
+            let ty = it.next()?;
+            let name = it.next()?;
+            (matches!(ty, "t" | "T" | "w" | "W") && addr >= 0xffff_8000_0000_0000)
+                .then(|| Sym { addr, name: name.to_string() })
+        })
+        .collect();
+    v.sort_by_key(|s| s.addr);
+    Ok(v)
+}
+
+/// The plugin's watch file ("START END KIND VALUE" lines) from the
+/// kernel's symbols: what each letter means is in trace/qemu/bk_qemu.h.
+pub fn watch_lines(syms: &[Sym]) -> Result<String> {
+    let mut out = String::new();
+    let by_name: std::collections::HashMap<&str, usize> =
+        syms.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+    let range = |i: usize| -> (u64, u64) {
+        let s = syms[i].addr;
+        let e = syms[i + 1..].iter().map(|n| n.addr).find(|&a| a > s).unwrap_or(s + 1);
+        (s, e)
+    };
+    let need = |name: &str| -> Result<usize> {
+        by_name.get(name).copied().with_context(|| {
+            format!("the guest's System.map has no {name} (it must be the running kernel's symbols: rebuild the guest with `make guest`)")
+        })
+    };
+    let entry = by_name.get("entry_SYSCALL_64_safe_stack").copied().map_or_else(|| need("entry_SYSCALL_64"), Ok)?;
+    let (s, e) = range(entry);
+    out.push_str(&format!("{s:x} {e:x} e 0\n"));
+    let after = need("entry_SYSCALL_64_after_hwframe")?;
+    out.push_str(&format!("{:x} {:x} a 0\n", syms[after].addr, syms[after].addr + 1));
+    let (s, e) = range(need("__switch_to_asm")?);
+    out.push_str(&format!("{s:x} {e:x} w 0\n"));
+    for (name, kind) in [("switch_mm_irqs_off", 'm'), ("sock_close", 'k')] {
+        let a = syms[need(name)?].addr;
+        out.push_str(&format!("{a:x} {:x} {kind} 0\n", a + 1));
+    }
+    let mut nsys = 0;
+    for n in 0..512u64 {
+        if let Some(name) = crate::dump::syscall_name(n) {
+            if let Some(&i) = by_name.get(format!("__x64_sys_{name}").as_str()) {
+                out.push_str(&format!("{:x} {:x} s {n}\n", syms[i].addr, syms[i].addr + 1));
+                nsys += 1;
+            }
+        }
+    }
+    if nsys < 100 {
+        bail!("the guest's System.map names only {nsys} syscall handlers (rebuild the guest with `make guest`)");
+    }
+    for s in syms {
+        let kind = if s.name.starts_with("asm_exc_") {
+            'x'
+        } else if s.name == "asm_common_interrupt" || s.name.starts_with("asm_sysvec_") || s.name == "asm_spurious_interrupt" {
+            'i'
+        } else {
+            continue;
+        };
+        out.push_str(&format!("{:x} {:x} {kind} 0\n", s.addr, s.addr + 1));
+    }
+    Ok(out)
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Runs the guest, records one request, writes the trace.
+pub fn run(o: &SystemOptions) -> Result<ExitCode> {
+    if !(1..=19).contains(&o.level) {
+        bail!("--level {} is out of range (give 1 to 19)", o.level);
+    }
+    if !o.get.starts_with('/') || o.get.contains(char::is_whitespace) {
+        bail!("--get {} is not an HTTP path (give one like /index.html)", o.get);
+    }
+    let g = &o.guest;
+    for f in ["vmlinuz", "initrd.gz", "System.map"] {
+        if !g.join(f).is_file() {
+            bail!("no {} in the guest directory {} (build the guest: make guest)", f, g.display());
+        }
+    }
+    let plugin = bunkai_common::install::helper_libdir()?.join("bunkai-qemu.so");
+    if !plugin.is_file() {
+        bail!("the QEMU plugin is missing: {} (run `make`)", plugin.display());
+    }
+    let plugin = plugin.canonicalize().unwrap_or(plugin);
+    let syms = read_system_map(&g.join("System.map"))?;
+    if syms.is_empty() {
+        bail!(
+            "{} has no kernel symbols (Debian's /boot/System.map is a stub: rebuild the guest with `make guest`, which reads the kernel's own)",
+            g.join("System.map").display()
+        );
+    }
+    let watch = watch_lines(&syms)?;
+
+    let me = std::process::id();
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{}{me}-", crate::record::DIR_PREFIX))
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let sock = dir.path().join("sock");
+    let watch_path = dir.path().join("watch");
+    let maps_path = dir.path().join("maps");
+    std::fs::write(&watch_path, watch)?;
+    let listener = UnixListener::bind(&sock).with_context(|| format!("cannot listen on {}", sock.display()))?;
+    listener.set_nonblocking(true)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+
+    let mut plugin_arg = plugin.as_os_str().to_os_string();
+    for (k, v) in [("sock", &sock), ("ksyms", &g.join("System.map")), ("watch", &watch_path), ("maps", &maps_path)] {
+        plugin_arg.push(format!(",arg={k}={}", v.display()));
+    }
+    if o.no_mem {
+        plugin_arg.push(",arg=mem=off");
+    }
+    let mut q = Command::new("qemu-system-x86_64");
+    q.args(["-accel", "tcg", "-smp", "1", "-m", "512", "-nographic", "-no-reboot", "-kernel"])
+        .arg(g.join("vmlinuz"))
+        .arg("-initrd")
+        .arg(g.join("initrd.gz"))
+        .args(["-append", "console=ttyS0 quiet panic=-1 nokaslr", "-netdev"])
+        .arg(format!("user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:80"))
+        .args(["-device", "e1000,netdev=n0", "-plugin"])
+        .arg(&plugin_arg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if o.verbose {
+        eprintln!("bunkai trace: {q:?}");
+    }
+    let meta = serde_json::json!({
+        "command": ["qemu-system-x86_64", "(guest)", format!("GET {}", o.get)],
+        "program": "/usr/sbin/apache2",
+        "system": true,
+        "guest": g,
+        "request": o.get,
+        "tool_version": 1,
+        "format_version": format::VERSION,
+        "memory_references": !o.no_mem,
+        "window": {"start_syscall": "accept", "stop_at_close": true},
+        "started_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+    });
+    let mut writer = Writer::create(&o.output, &meta, o.level).with_context(|| format!("cannot write {}", o.output.display()))?;
+    let t0 = Instant::now();
+    let mut child = q.spawn().context("cannot start qemu-system-x86_64 (install it: scripts/install-deps.sh)")?;
+    let stderr = child.stderr.take().unwrap();
+    let err_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::BufReader::new(stderr).read_to_string(&mut s);
+        s
+    });
+    let fail = |child: &mut Child, what: String| -> anyhow::Error {
+        kill(child);
+        anyhow::anyhow!(what)
+    };
+
+    // The plugin connects while QEMU starts.
+    let conn = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(fail(&mut child, format!("cannot accept the plugin's connection: {e}"))),
+        }
+        if let Some(st) = child.try_wait()? {
+            let err = err_thread.join().unwrap_or_default();
+            let last = err.lines().last().unwrap_or("").to_string();
+            bail!("qemu-system-x86_64 ended ({st}) before the plugin connected: {last}");
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            return Err(fail(&mut child, "the plugin did not connect within 30 s (is QEMU built with plugin support?)".into()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    conn.set_nonblocking(false)?;
+    let conn_ctl = conn.try_clone()?;
+    let (tx, rx) = mpsc::sync_channel::<Msg>(64);
+    let totals = Arc::new(Totals::default());
+    let next_stream = Arc::new(AtomicU32::new(1));
+    let writer_thread = std::thread::spawn(move || -> Result<Writer> {
+        for m in rx {
+            writer.chunk_stored(m.kind, m.stream, m.raw_len, m.compressed.as_deref(), &m.raw)?;
+        }
+        Ok(writer)
+    });
+    let conn_thread = {
+        let (tx, ns, tot, level, verbose) = (tx.clone(), next_stream.clone(), totals.clone(), o.level, o.verbose);
+        std::thread::spawn(move || serve_conn(conn, &ns, tx, level, &tot, verbose))
+    };
+
+    // The console: the server's maps, then GUEST-READY.
+    let stdout = child.stdout.take().unwrap();
+    let (ltx, lrx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout).lines() {
+            let Ok(l) = l else { break };
+            if ltx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let boot_deadline = t0 + Duration::from_secs(o.boot_timeout);
+    let mut maps = String::new();
+    let mut console = Vec::new();
+    let pid = loop {
+        let left = boot_deadline.saturating_duration_since(Instant::now());
+        match lrx.recv_timeout(left) {
+            Ok(l) => {
+                let l = l.trim_end_matches('\r').to_string();
+                if let Some(m) = l.strip_prefix("GUEST-MAP ") {
+                    maps.push_str(m);
+                    maps.push('\n');
+                } else if let Some(rest) = l.strip_prefix("GUEST-READY apache ") {
+                    break rest.split_whitespace().next().and_then(|p| p.parse::<u64>().ok()).unwrap_or(0);
+                }
+                console.push(l);
+            }
+            Err(_) => {
+                let tail = console.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ");
+                return Err(fail(
+                    &mut child,
+                    format!("the guest did not say GUEST-READY within {} s (console: {tail}; rebuild it with `make guest`)", o.boot_timeout),
+                ));
+            }
+        }
+    };
+    let booted = t0.elapsed();
+    if maps.is_empty() {
+        return Err(fail(&mut child, "the guest's init printed no GUEST-MAP lines (rebuild it with `make guest`)".into()));
+    }
+    let tmp = dir.path().join("maps.tmp");
+    std::fs::write(&tmp, format!("pid {pid}\n{maps}"))?;
+    std::fs::rename(&tmp, &maps_path)?;
+
+    // The request, and the window the plugin closes.
+    let t_req = Instant::now();
+    let deadline = t_req + Duration::from_secs(o.timeout);
+    let response = match http_get(port, &o.get, Duration::from_secs(o.timeout)) {
+        Ok(r) => r,
+        Err(e) => return Err(fail(&mut child, format!("GET {} from the guest failed: {e:#}", o.get))),
+    };
+    let responded = t_req.elapsed();
+    while !conn_thread.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let window_done = conn_thread.is_finished();
+    let recorded = t_req.elapsed();
+    let _ = conn_ctl.shutdown(std::net::Shutdown::Both);
+    kill(&mut child);
+    let end: ConnEnd = conn_thread.join().map_err(|_| anyhow::anyhow!("the stream reader panicked"))??;
+    if end.stream != 0 && !end.bye {
+        let mut p = Vec::new();
+        let reason = if window_done { crate::decode::CUT_CLOSED } else { crate::decode::CUT_RUNNING };
+        for v in [reason, end.partial, 0] {
+            format::put_v(&mut p, v);
+        }
+        let raw_len = p.len();
+        let _ = tx.send(Msg { stream: end.stream, kind: format::CHUNK_CUT, raw_len, compressed: None, raw: p });
+    }
+    drop(tx);
+    let writer = writer_thread.join().map_err(|_| anyhow::anyhow!("the trace writer panicked"))??;
+    if end.stream == 0 {
+        drop(writer);
+        bail!(
+            "the window never opened: the plugin saw no accept return before the response (status: {})",
+            response.status_line
+        );
+    }
+    let bytes = writer.finish()?;
+    if !window_done {
+        eprintln!("bunkai trace: the window did not close within {} s of the request (the trace ends there, marked cut)", o.timeout);
+    }
+    // Counts from the trace itself: kernel share, syscalls, traps.
+    let t = crate::decode::Trace::load(&o.output)?;
+    let c = count(&t)?;
+    let per = if c.instructions > 0 { bytes as f64 / c.instructions as f64 } else { 0.0 };
+    let rate = c.instructions as f64 / recorded.as_secs_f64() / 1e6;
+    let kshare = if c.instructions > 0 { 100.0 * c.kernel as f64 / c.instructions as f64 } else { 0.0 };
+    if o.json {
+        eprintln!(
+            "{}",
+            serde_json::json!({
+                "output": o.output, "bytes": bytes, "instructions": c.instructions, "kernel_instructions": c.kernel,
+                "memory_references": c.memrefs, "syscalls": c.syscalls, "interrupts": c.interrupts,
+                "exceptions": c.exceptions, "address_space_switches": c.asids,
+                "bytes_per_instruction": per, "boot_seconds": booted.as_secs_f64(),
+                "response_seconds": responded.as_secs_f64(), "recorded_seconds": recorded.as_secs_f64(),
+                "million_instructions_per_second": rate, "window_closed": window_done,
+                "http_status": response.status_line, "response_bytes": response.body_len,
+                "seconds": t0.elapsed().as_secs_f64(),
+            })
+        );
+    } else {
+        eprintln!(
+            "bunkai trace: system: guest booted in {:.1} s; GET {} ({}, {} bytes) recorded in {:.2} s: {} instructions ({:.1}% kernel), {} memory references, {} syscalls, {} interrupts, {} exceptions, {} address-space switches -> {} ({} bytes, {:.3} B/instruction, {:.1} M instructions/s)",
+            booted.as_secs_f64(),
+            o.get,
+            response.status_line,
+            response.body_len,
+            recorded.as_secs_f64(),
+            commas(c.instructions),
+            kshare,
+            commas(c.memrefs),
+            c.syscalls,
+            c.interrupts,
+            c.exceptions,
+            c.asids,
+            o.output.display(),
+            commas(bytes),
+            per,
+            rate
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a system trace holds, counted.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub instructions: u64,
+    pub kernel: u64,
+    pub memrefs: u64,
+    pub syscalls: u64,
+    pub interrupts: u64,
+    pub exceptions: u64,
+    pub asids: u64,
+}
+
+pub fn count(t: &crate::decode::Trace) -> Result<Counts> {
+    use crate::decode::{Event, Item};
+    let mut c = Counts::default();
+    let sel: Vec<usize> = (0..t.streams.len()).collect();
+    let kernel: Vec<Vec<u64>> = t
+        .streams
+        .iter()
+        .map(|st| st.objects.values().filter(|o| o.name == "[kernel]").map(|o| o.id).collect())
+        .collect();
+    t.visit(&sel, |pos, item| {
+        match item {
+            Item::Exec { seg, .. } => {
+                let k = &kernel[pos.stream];
+                c.instructions += seg.insns.len() as u64;
+                c.memrefs += seg.accs.len() as u64;
+                c.kernel += seg.insns.iter().filter(|i| k.contains(&i.obj)).count() as u64;
+            }
+            Item::Event(ev) => match ev {
+                Event::Syscall { .. } => c.syscalls += 1,
+                Event::Trap { kind, .. } if *kind == crate::decode::TRAP_INTERRUPT => c.interrupts += 1,
+                Event::Trap { .. } => c.exceptions += 1,
+                Event::Asid { .. } => c.asids += 1,
+                _ => {}
+            },
+        }
+        std::ops::ControlFlow::Continue(())
+    })?;
+    Ok(c)
+}
+
+pub struct Response {
+    pub status_line: String,
+    pub body_len: usize,
+}
+
+/// One HTTP/1.0 GET to the guest on loopback, read to the end.
+fn http_get(port: u16, path: &str, timeout: Duration) -> Result<Response> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
+    let mut all = Vec::new();
+    s.read_to_end(&mut all)?;
+    let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").context("no HTTP header in the answer")?;
+    let head = String::from_utf8_lossy(&all[..head_end]);
+    let status_line = head.lines().next().unwrap_or("").to_string();
+    Ok(Response { status_line, body_len: all.len() - head_end - 4 })
+}
