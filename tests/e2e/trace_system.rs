@@ -33,7 +33,7 @@ fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
     let trace = dir.path().join("sys.bkt");
     let (t, g) = (trace.to_str().unwrap(), guest.to_str().unwrap());
     let r = run(&["trace", "record", "--system", "--guest", g, "--get", "/index.html", "--json", "-o", t], Duration::from_secs(900));
-    assert!(r.status.success(), "record --system failed:\n{}", r.stderr);
+    assert_eq!(r.code, Some(0), "record --system failed:\n{}", r.stderr);
     let summary: serde_json::Value = serde_json::from_str(r.stderr.lines().last().unwrap_or(""))
         .unwrap_or_else(|e| panic!("no JSON summary ({e}):\n{}", r.stderr));
     eprintln!("record --system: {summary}");
@@ -48,7 +48,7 @@ fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
 
     // report: the kernel is measured, apache2 is the program.
     let r = run(&["trace", "report", "--json", t], Duration::from_secs(120));
-    assert!(r.status.success(), "report: {}", r.stderr);
+    assert_eq!(r.code, Some(0), "report: {}", r.stderr);
     let rep: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(rep["system"], true);
     let comps = rep["components"].as_array().unwrap();
@@ -62,7 +62,7 @@ fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
 
     // dump: Apache's syscalls inside the window, by name.
     let r = run(&["trace", "dump", "--json", "--events", t], Duration::from_secs(120));
-    assert!(r.status.success(), "dump: {}", r.stderr);
+    assert_eq!(r.code, Some(0), "dump: {}", r.stderr);
     let names: Vec<String> = r
         .stdout
         .lines()
@@ -78,7 +78,7 @@ fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
 
     // calls: kernel functions by name.
     let r = run(&["trace", "calls", t], Duration::from_secs(120));
-    assert!(r.status.success(), "calls: {}", r.stderr);
+    assert_eq!(r.code, Some(0), "calls: {}", r.stderr);
     for f in ["__x64_sys_close", "tcp_sendmsg"] {
         assert!(r.stdout.contains(f), "calls names no {f}:\n{}", &r.stdout[..r.stdout.len().min(3000)]);
     }
@@ -88,7 +88,7 @@ fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
     let bytes = std::fs::read(&trace).unwrap();
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let r = run(&["trace", "report", cut.to_str().unwrap()], Duration::from_secs(60));
-    assert!(!r.status.success());
+    assert_ne!(r.code, Some(0), "{}", r.stderr);
     let lines: Vec<&str> = r.stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
     assert!(lines[0].starts_with("bunkai trace: ") && lines[0].contains("truncated"), "{}", lines[0]);
