@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
@@ -60,6 +61,13 @@ static uint64_t bk_next_seg;
 static int bk_prev_kernel;
 static int bk_mem_on = 1;
 static bk_buf bk_seg;
+/* Armed: the recorder has written the server's maps, the request comes
+ * next. Until then blocks get only the watch points (the boot runs at
+ * nearly plain TCG speed); arming flushes every block (qemu_plugin_reset)
+ * and instruments them all from there on. */
+static int bk_armed, bk_arming;
+static qemu_plugin_id_t bk_id;
+static const char *bk_maps;
 
 /* How an instruction ends a segment, from its bytes. */
 static uint8_t bk_end_kind(const uint8_t *p, size_t n)
@@ -234,6 +242,13 @@ static void bk_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     if (!t || !t->addr || !t->len || !t->endk)
         abort();
     t->kernel = qemu_plugin_tb_vaddr(tb) >= BK_KERNEL_BASE;
+    if (!bk_armed && !t->kernel) {
+        free(t->addr);
+        free(t->len);
+        free(t->endk);
+        free(t);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         uint64_t a = qemu_plugin_insn_vaddr(insn);
@@ -242,8 +257,9 @@ static void bk_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         t->addr[i] = a;
         t->len[i] = (uint8_t)len;
         t->endk[i] = bk_end_kind(data, len);
-        qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, &bk_icount, 1);
-        if (bk_mem_on)
+        if (bk_armed)
+            qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, &bk_icount, 1);
+        if (bk_mem_on && bk_armed)
             qemu_plugin_register_vcpu_mem_cb(insn, bk_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
                                              (void *)(uintptr_t)i);
         if (!t->kernel)
@@ -260,7 +276,38 @@ static void bk_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         else if (w->kind != BK_W_PUSHES && w->kind != BK_W_POPS && w->start == a)
             qemu_plugin_register_vcpu_insn_exec_cb(insn, bk_watch_hit, QEMU_PLUGIN_CB_NO_REGS, (void *)w);
     }
-    qemu_plugin_register_vcpu_tb_exec_cb(tb, bk_exec, QEMU_PLUGIN_CB_NO_REGS, t);
+    if (bk_armed)
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, bk_exec, QEMU_PLUGIN_CB_NO_REGS, t);
+    else {
+        free(t->addr);
+        free(t->len);
+        free(t->endk);
+        free(t);
+    }
+}
+
+static void bk_atexit(qemu_plugin_id_t id, void *ud);
+
+/* After the flush: instrument everything, and tell the recorder (a file
+ * beside the maps) that the request may come. */
+static void bk_rearmed(qemu_plugin_id_t id)
+{
+    bk_armed = 1;
+    qemu_plugin_register_vcpu_tb_trans_cb(id, bk_trans);
+    qemu_plugin_register_atexit_cb(id, bk_atexit, NULL);
+    char p[4096];
+    snprintf(p, sizeof p, "%s.armed", bk_maps);
+    FILE *f = fopen(p, "w");
+    if (f)
+        fclose(f);
+}
+
+void bk_plugin_poll_arm(void)
+{
+    if (bk_armed || bk_arming || !bk_maps || access(bk_maps, R_OK) != 0)
+        return;
+    bk_arming = 1;
+    qemu_plugin_reset(bk_id, bk_rearmed);
 }
 
 static void bk_atexit(qemu_plugin_id_t id, void *ud)
@@ -331,6 +378,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         return -1;
     }
     bk_task_init(maps);
+    bk_id = id;
+    bk_maps = maps;
+    if (!maps)
+        bk_armed = 1;
     qemu_plugin_register_vcpu_tb_trans_cb(id, bk_trans);
     qemu_plugin_register_atexit_cb(id, bk_atexit, NULL);
     return 0;

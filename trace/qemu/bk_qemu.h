@@ -105,5 +105,6 @@ uint64_t bk_object_of(uint64_t addr, int server);
 
 /* ---- bk_plugin.c ---- */
 void bk_plugin_finish_block(void);
+void bk_plugin_poll_arm(void); /* at interrupts: are the maps there yet? */
 
 #endif

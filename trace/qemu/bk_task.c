@@ -21,6 +21,7 @@
 #include "bk_qemu.h"
 #include "bunkai_trace.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,7 @@ static uint32_t bk_ntids;
 static int bk_win_done;
 static const char *bk_maps_path;
 static uint64_t bk_last_tid;
+static uint64_t bk_open_ns; /* host CLOCK_MONOTONIC when the window opened */
 
 static bk_task *bk_task_get(uint64_t stack)
 {
@@ -103,6 +105,8 @@ void bk_task_watch(const bk_watch *w)
         break;
     case BK_W_EXC:
     case BK_W_IRQ:
+        if (w->kind == BK_W_IRQ)
+            bk_plugin_poll_arm();
         if (bk_rec) {
             bk_ev(BKT_EV_TRAP);
             bk_put_v(&bk_events, tid);
@@ -160,6 +164,7 @@ int bk_task_return_to_user(void)
         bk_objects_define_base();
         bk_win_task = t;
         bk_rec = 1;
+        bk_open_ns = bk_now_ns();
         bk_last_tid = 0;
         bk_window_event(1, BKT_WIN_SYSCALL);
         bk_thread_event();
@@ -183,6 +188,17 @@ void bk_task_end(void)
         return;
     bk_rec = 0;
     bk_win_done = 1;
+    /* The window's host times, for the recorder's throughput figure. */
+    if (bk_maps_path) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s.window", bk_maps_path);
+        FILE *f = fopen(p, "w");
+        if (f) {
+            fprintf(f, "%llu %llu %llu\n", (unsigned long long)bk_open_ns, (unsigned long long)bk_now_ns(),
+                    (unsigned long long)bk_instr);
+            fclose(f);
+        }
+    }
     bk_out_flush();
     bk_buf b = {0};
     bk_put_v(&b, bk_instr);

@@ -10,7 +10,9 @@
 //! learns of the kernel comes from control flow reaching addresses of the
 //! guest's System.map. This file decides which addresses (the watch file),
 //! boots the guest, gives the plugin the server's /proc/PID/maps (printed
-//! by the guest's init, saved before the request is sent), sends one HTTP
+//! by the guest's init, saved before the request is sent; the plugin only
+//! watches the kernel's entry points until it sees them, then flushes
+//! QEMU's translations and instruments every block), sends one HTTP
 //! GET through QEMU's user network on 127.0.0.1, and waits for the plugin
 //! to close the window (the server's close of the connection), each step
 //! with a deadline.
@@ -176,7 +178,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         plugin_arg.push(",arg=mem=off");
     }
     let mut q = Command::new("qemu-system-x86_64");
-    q.args(["-accel", "tcg", "-smp", "1", "-m", "512", "-nographic", "-no-reboot", "-kernel"])
+    q.args(["-accel", "tcg", "-icount", "shift=0,sleep=off", "-smp", "1", "-m", "512", "-nographic", "-no-reboot", "-kernel"])
         .arg(g.join("vmlinuz"))
         .arg("-initrd")
         .arg(g.join("initrd.gz"))
@@ -292,9 +294,21 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     let tmp = dir.path().join("maps.tmp");
     std::fs::write(&tmp, format!("pid {pid}\n{maps}"))?;
     std::fs::rename(&tmp, &maps_path)?;
+    // The plugin instruments every block once it sees the maps (at the
+    // next interrupt) and says so; the request waits for that.
+    let armed = dir.path().join("maps.armed");
+    let arm_deadline = Instant::now() + Duration::from_secs(60);
+    while !armed.exists() {
+        if Instant::now() > arm_deadline || child.try_wait()?.is_some() {
+            return Err(fail(&mut child, "the plugin did not arm within 60 s of the maps being written".into()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let armed_after = t0.elapsed() - booted;
 
     // The request, and the window the plugin closes.
     let t_req = Instant::now();
+    let req_ns = monotonic_ns();
     let deadline = t_req + Duration::from_secs(o.timeout);
     let response = match http_get(port, &o.get, Duration::from_secs(o.timeout)) {
         Ok(r) => r,
@@ -331,11 +345,22 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     if !window_done {
         eprintln!("bunkai trace: the window did not close within {} s of the request (the trace ends there, marked cut)", o.timeout);
     }
+    // The window's host times (the plugin writes them at its close).
+    let (open_s, window_s) = match std::fs::read_to_string(dir.path().join("maps.window")) {
+        Ok(w) => {
+            let v: Vec<u64> = w.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            match v[..] {
+                [open, close, _] => ((open.saturating_sub(req_ns)) as f64 / 1e9, (close.saturating_sub(open)) as f64 / 1e9),
+                _ => (0.0, 0.0),
+            }
+        }
+        Err(_) => (0.0, 0.0),
+    };
     // Counts from the trace itself: kernel share, syscalls, traps.
     let t = crate::decode::Trace::load(&o.output)?;
     let c = count(&t)?;
     let per = if c.instructions > 0 { bytes as f64 / c.instructions as f64 } else { 0.0 };
-    let rate = c.instructions as f64 / recorded.as_secs_f64() / 1e6;
+    let rate = if window_s > 0.0 { c.instructions as f64 / window_s / 1e6 } else { 0.0 };
     let kshare = if c.instructions > 0 { 100.0 * c.kernel as f64 / c.instructions as f64 } else { 0.0 };
     if o.json {
         eprintln!(
@@ -345,7 +370,9 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
                 "memory_references": c.memrefs, "syscalls": c.syscalls, "interrupts": c.interrupts,
                 "exceptions": c.exceptions, "address_space_switches": c.asids,
                 "bytes_per_instruction": per, "boot_seconds": booted.as_secs_f64(),
+                "arm_seconds": armed_after.as_secs_f64(),
                 "response_seconds": responded.as_secs_f64(), "recorded_seconds": recorded.as_secs_f64(),
+                "window_opened_after_seconds": open_s, "window_seconds": window_s,
                 "million_instructions_per_second": rate, "window_closed": window_done,
                 "http_status": response.status_line, "response_bytes": response.body_len,
                 "seconds": t0.elapsed().as_secs_f64(),
@@ -353,12 +380,13 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         );
     } else {
         eprintln!(
-            "bunkai trace: system: guest booted in {:.1} s; GET {} ({}, {} bytes) recorded in {:.2} s: {} instructions ({:.1}% kernel), {} memory references, {} syscalls, {} interrupts, {} exceptions, {} address-space switches -> {} ({} bytes, {:.3} B/instruction, {:.1} M instructions/s)",
+            "bunkai trace: system: guest booted in {:.1} s; GET {} ({}, {} bytes) answered in {:.2} s, window of {:.2} s: {} instructions ({:.1}% kernel), {} memory references, {} syscalls, {} interrupts, {} exceptions, {} address-space switches -> {} ({} bytes, {:.3} B/instruction, {:.1} M instructions/s)",
             booted.as_secs_f64(),
             o.get,
             response.status_line,
             response.body_len,
-            recorded.as_secs_f64(),
+            responded.as_secs_f64(),
+            window_s,
             commas(c.instructions),
             kshare,
             commas(c.memrefs),
@@ -373,6 +401,23 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: clock_gettime writes the struct it is given.
+    unsafe { clock_gettime(1, &mut ts) };
+    ts.sec as u64 * 1_000_000_000 + ts.nsec as u64
+}
+
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+
+extern "C" {
+    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
 }
 
 /// What a system trace holds, counted.
