@@ -1,6 +1,7 @@
 /* bk_plugin.c: bunkai's QEMU TCG plugin: install, translation, execution.
  * `bunkai trace record --system` loads it into qemu-system-x86_64 as
- *   -plugin bunkai-qemu.so,arg=sock=S,arg=ksyms=F,arg=watch=W,arg=maps=M[,arg=mem=off]
+ *   -plugin bunkai-qemu.so,arg=sock=S,arg=ksyms=F,arg=watch=W,arg=maps=M[,arg=mem=off][,arg=skip=N]
+ * (skip: let N windows pass unrecorded, the recorder's warm-up requests)
  *
  * How it records: a translated block (TB) is the unit, as a Valgrind
  * superblock's segment is for the Valgrind tool. Each instruction adds 1 to
@@ -330,6 +331,7 @@ static void bk_atexit(qemu_plugin_id_t id, void *ud)
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc, char **argv)
 {
     const char *sock = NULL, *ksyms = NULL, *watch = NULL, *maps = NULL;
+    unsigned skip = 0;
     for (int i = 0; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
         if (!eq) {
@@ -346,6 +348,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             watch = v;
         else if (!strcmp(k, "maps"))
             maps = v;
+        else if (!strcmp(k, "skip"))
+            skip = (unsigned)strtoul(v, NULL, 10);
         else if (!strcmp(k, "mem"))
             bk_mem_on = strcmp(v, "off") != 0;
         else {
@@ -377,7 +381,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         fprintf(stderr, "bunkai-qemu: cannot connect to %s\n", sock);
         return -1;
     }
-    bk_task_init(maps);
+    bk_task_init(maps, skip);
     bk_id = id;
     bk_maps = maps;
     if (!maps)

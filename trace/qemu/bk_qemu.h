@@ -93,7 +93,7 @@ void bk_task_watch(const bk_watch *w);
 /* The first user-mode block after kernel code: opens or closes the window
  * (returns 1 if it closed it). */
 int bk_task_return_to_user(void);
-void bk_task_init(const char *maps_path);
+void bk_task_init(const char *maps_path, unsigned skip);
 void bk_task_end(void);
 
 /* ---- bk_objects.c: object ids of instructions ---- */

@@ -38,6 +38,8 @@ static int bk_win_done;
 static const char *bk_maps_path;
 static uint64_t bk_last_tid;
 static uint64_t bk_open_ns; /* host CLOCK_MONOTONIC when the window opened */
+static unsigned bk_skip;    /* windows to let pass unrecorded (warm-up) */
+static int bk_skipping;     /* inside one of them */
 
 static bk_task *bk_task_get(uint64_t stack)
 {
@@ -157,7 +159,13 @@ int bk_task_return_to_user(void)
     if (!t)
         return 0;
     int closed = 0;
-    if (!bk_rec && !bk_win_done && (t->sys == 43 || t->sys == 288)) {
+    if (!bk_rec && !bk_win_done && !bk_skipping && bk_skip > 0 && (t->sys == 43 || t->sys == 288)) {
+        bk_skipping = 1; /* a warm-up request: the same window, not recorded */
+        bk_win_task = t;
+    } else if (bk_skipping && t == bk_win_task && t->sys == 3 && t->sock_closed) {
+        bk_skipping = 0;
+        bk_skip--;
+    } else if (!bk_rec && !bk_win_done && !bk_skipping && (t->sys == 43 || t->sys == 288)) {
         /* Open: HELLO, the objects, the window event. */
         uint64_t pid = bk_objects_load_maps(bk_maps_path);
         bk_hello(pid);
@@ -177,9 +185,10 @@ int bk_task_return_to_user(void)
     return closed;
 }
 
-void bk_task_init(const char *maps_path)
+void bk_task_init(const char *maps_path, unsigned skip)
 {
     bk_maps_path = maps_path;
+    bk_skip = skip;
 }
 
 void bk_task_end(void)

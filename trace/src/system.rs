@@ -37,6 +37,8 @@ pub struct SystemOptions {
     pub guest: PathBuf,
     /// The HTTP path to GET inside the window.
     pub get: String,
+    /// Requests of the same path sent first, unrecorded (a warm server).
+    pub warmup: u32,
     pub no_mem: bool,
     pub level: i32,
     pub json: bool,
@@ -177,6 +179,9 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     if o.no_mem {
         plugin_arg.push(",arg=mem=off");
     }
+    if o.warmup > 0 {
+        plugin_arg.push(format!(",arg=skip={}", o.warmup));
+    }
     let mut q = Command::new("qemu-system-x86_64");
     q.args(["-accel", "tcg", "-icount", "shift=0,sleep=off", "-smp", "1", "-m", "512", "-nographic", "-no-reboot", "-kernel"])
         .arg(g.join("vmlinuz"))
@@ -198,6 +203,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         "system": true,
         "guest": g,
         "request": o.get,
+        "warmup_requests": o.warmup,
         "tool_version": 1,
         "format_version": format::VERSION,
         "memory_references": !o.no_mem,
@@ -306,7 +312,13 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     }
     let armed_after = t0.elapsed() - booted;
 
-    // The request, and the window the plugin closes.
+    // Warm-up requests (the plugin lets their windows pass), then the
+    // request, and the window the plugin closes.
+    for i in 0..o.warmup {
+        if let Err(e) = http_get(port, &o.get, Duration::from_secs(o.timeout)) {
+            return Err(fail(&mut child, format!("warm-up GET {} ({} of {}) failed: {e:#}", o.get, i + 1, o.warmup)));
+        }
+    }
     let t_req = Instant::now();
     let req_ns = monotonic_ns();
     let deadline = t_req + Duration::from_secs(o.timeout);

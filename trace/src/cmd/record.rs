@@ -94,6 +94,10 @@ pub struct RecordArgs {
     /// QEMU's user network on 127.0.0.1)
     #[arg(long, value_name = "PATH", default_value = "/index.html", requires = "system")]
     pub get: String,
+    /// With --system: send N requests of the same path first, unrecorded
+    /// (a warm server and warm translations; default: the first request)
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "system")]
+    pub warmup: u32,
     /// With --system: seconds the guest may take to boot
     #[arg(long, value_name = "S", default_value_t = 300, requires = "system")]
     pub boot_timeout: u64,
@@ -108,11 +112,11 @@ pub struct RecordArgs {
 pub fn run(a: RecordArgs) -> Result<ExitCode> {
     let RecordArgs {
         output, start_syscall, stop_syscall, stop_at_close, start_func, stop_func, skip, max, objects, no_mem,
-        buffer, no_children, level, json, verbose, system, guest, get, boot_timeout, timeout, command,
+        buffer, no_children, level, json, verbose, system, guest, get, warmup, boot_timeout, timeout, command,
     } = a;
     if system {
         return crate::system::run(&crate::system::SystemOptions {
-            output, guest, get, no_mem, level, json, verbose, boot_timeout, timeout,
+            output, guest, get, warmup, no_mem, level, json, verbose, boot_timeout, timeout,
         });
     }
     record::run(&RecordOptions {
