@@ -18,6 +18,22 @@ fn run(args: &[&str], limit: Duration) -> Behaviour {
     behaviour(finish(child, limit).0)
 }
 
+/// Without a guest, or with a command, `record --system` says so in one
+/// line before anything runs.
+#[test]
+fn a_missing_guest_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.bkt");
+    let r = run(&["trace", "record", "--system", "--guest", "/nonexistent-guest", "-o", out.to_str().unwrap()], Duration::from_secs(60));
+    assert_ne!(r.code, Some(0));
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].starts_with("bunkai trace: no vmlinuz") && lines[0].contains("make guest"), "{}", lines[0]);
+    assert!(!out.exists());
+    let r = run(&["trace", "record", "--system", "-o", out.to_str().unwrap(), "--", "/bin/true"], Duration::from_secs(60));
+    assert_ne!(r.code, Some(0), "{}", r.stderr);
+}
+
 #[test]
 fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
     let dir = tempfile::tempdir().unwrap();

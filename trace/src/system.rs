@@ -491,3 +491,72 @@ fn http_get(port: u16, path: &str, timeout: Duration) -> Result<Response> {
     let status_line = head.lines().next().unwrap_or("").to_string();
     Ok(Response { status_line, body_len: all.len() - head_end - 4 })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(extra: &str) -> Vec<Sym> {
+        let mut text = String::from(
+            "ffffffff81000000 T _stext\n\
+             ffffffff81003270 T __switch_to_asm\n\
+             ffffffff81003300 T __switch_to\n\
+             ffffffff8108a9b0 T switch_mm_irqs_off\n\
+             ffffffff8108b000 t next_after_mm\n\
+             ffffffff817af180 t sock_close\n\
+             ffffffff81c00080 T entry_SYSCALL_64\n\
+             ffffffff81c000a9 T entry_SYSCALL_64_safe_stack\n\
+             ffffffff81c000b8 T entry_SYSCALL_64_after_hwframe\n\
+             ffffffff81c00200 T asm_exc_page_fault\n\
+             ffffffff81c00300 T asm_common_interrupt\n\
+             ffffffff81c00400 T asm_sysvec_apic_timer_interrupt\n\
+             ffffffff82000000 D some_data\n\
+             0000000000001000 A cpu_debug_store\n",
+        );
+        for n in 0..512u64 {
+            if let Some(name) = crate::dump::syscall_name(n) {
+                text.push_str(&format!("{:x} T __x64_sys_{name}\n", 0xffffffff81500000u64 + n * 0x40));
+            }
+        }
+        text.push_str(extra);
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("System.map");
+        std::fs::write(&p, text).unwrap();
+        read_system_map(&p).unwrap()
+    }
+
+    /// The watch file names each entry point with its letter, the ranges
+    /// up to the next symbol, and the syscall handlers with their numbers;
+    /// data and absolute symbols are not kernel text.
+    #[test]
+    fn watch_lines_from_a_system_map() {
+        let syms = map("");
+        assert!(syms.iter().all(|s| s.name != "some_data" && s.name != "cpu_debug_store"));
+        let w = watch_lines(&syms).unwrap();
+        let has = |l: &str| w.lines().any(|x| x == l);
+        assert!(has("ffffffff81c000a9 ffffffff81c000b8 e 0"), "{w}");
+        assert!(has("ffffffff81c000b8 ffffffff81c000b9 a 0"), "{w}");
+        assert!(has("ffffffff81003270 ffffffff81003300 w 0"), "{w}");
+        assert!(has("ffffffff8108a9b0 ffffffff8108a9b1 m 0"), "{w}");
+        assert!(has("ffffffff817af180 ffffffff817af181 k 0"), "{w}");
+        assert!(has("ffffffff81c00200 ffffffff81c00201 x 0"), "{w}");
+        assert!(has("ffffffff81c00300 ffffffff81c00301 i 0"), "{w}");
+        assert!(has("ffffffff81c00400 ffffffff81c00401 i 0"), "{w}");
+        // close (3), accept (43) and accept4 (288) with their numbers.
+        assert!(has(&format!("{:x} {:x} s 3", 0xffffffff81500000u64 + 3 * 0x40, 0xffffffff81500000u64 + 3 * 0x40 + 1)), "{w}");
+        assert!(w.lines().any(|l| l.ends_with(" s 43")) && w.lines().any(|l| l.ends_with(" s 288")), "{w}");
+    }
+
+    /// Debian's stub System.map (no symbols) and a map without the entry
+    /// points are refused, saying how to get the real one.
+    #[test]
+    fn a_stub_or_foreign_system_map_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("System.map");
+        std::fs::write(&p, "ffffffffffffffff B The real System.map is in the linux-image-<version>-dbg package\n").unwrap();
+        assert!(read_system_map(&p).unwrap().is_empty());
+        let syms: Vec<Sym> = map("").into_iter().filter(|s| s.name != "__switch_to_asm").collect();
+        let e = watch_lines(&syms).unwrap_err().to_string();
+        assert!(e.contains("__switch_to_asm") && e.contains("make guest"), "{e}");
+    }
+}
