@@ -210,6 +210,23 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         "window": {"start_syscall": "accept", "stop_at_close": true},
         "started_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
     });
+    let out_dir = match o.output.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let removed = crate::record::remove_stale(&out_dir, &std::env::temp_dir());
+    if removed > 0 {
+        eprintln!("bunkai trace: removed {removed} temporary file(s) left by recorders that were killed");
+    }
+    // QEMU dies with the recorder, however the recorder ends (a guest left
+    // running would keep its port and a core).
+    // SAFETY: prctl in the child before exec, async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut q, || {
+            prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0);
+            Ok(())
+        });
+    }
     let mut writer = Writer::create(&o.output, &meta, o.level).with_context(|| format!("cannot write {}", o.output.display()))?;
     let t0 = Instant::now();
     let mut child = q.spawn().context("cannot start qemu-system-x86_64 (install it: scripts/install-deps.sh)")?;
@@ -428,8 +445,11 @@ struct Timespec {
     nsec: i64,
 }
 
+const PR_SET_PDEATHSIG: i32 = 1;
+
 extern "C" {
     fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
 }
 
 /// What a system trace holds, counted.
