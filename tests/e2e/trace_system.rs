@@ -99,6 +99,34 @@ fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
         assert!(r.stdout.contains(f), "calls names no {f}:\n{}", &r.stdout[..r.stdout.len().min(3000)]);
     }
 
+    // A window on a program's own syscalls (trace/guest/probe.c): exactly
+    // its mmap, five writes and the closing getpid, at least its 16 page
+    // faults, all in its task, and kernel work between them.
+    let probe = dir.path().join("probe.bkt");
+    let p = probe.to_str().unwrap();
+    let r = run(
+        &["trace", "record", "--system", "--guest", g, "--get", "/cgi-bin/probe.cgi", "--start-syscall", "getppid",
+          "--stop-syscall", "getpid", "--json", "-o", p],
+        Duration::from_secs(900),
+    );
+    assert_eq!(r.code, Some(0), "record --system (probe) failed:\n{}", r.stderr);
+    let summary: serde_json::Value = serde_json::from_str(r.stderr.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(summary["window_closed"], true, "{summary}");
+    let r = run(&["trace", "dump", "--json", "--events", p], Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "dump: {}", r.stderr);
+    let events: Vec<serde_json::Value> = r.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).filter(|v: &serde_json::Value| v["type"] == "event").collect();
+    let task = events.iter().find(|v| v["event"] == "thread").map(|v| v["tid"].clone()).expect("a thread event at the window's start");
+    let calls: Vec<&str> = events.iter().filter(|v| v["event"] == "syscall").map(|v| v["name"].as_str().unwrap_or("")).collect();
+    assert_eq!(calls, ["mmap", "write", "write", "write", "write", "write", "getpid"], "{events:?}");
+    assert!(events.iter().filter(|v| v["event"] == "syscall").all(|v| v["tid"] == task), "{events:?}");
+    let faults = events.iter().filter(|v| v["event"] == "trap" && v["stub"] == "asm_exc_page_fault" && v["tid"] == task).count();
+    assert!(faults >= 16, "{faults} page faults in the probe's task: {events:?}");
+    let r = run(&["trace", "calls", p], Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "calls: {}", r.stderr);
+    for f in ["__x64_sys_mmap", "__x64_sys_write", "handle_mm_fault"] {
+        assert!(r.stdout.contains(f), "calls names no {f} in the probe's window");
+    }
+
     // A truncated system trace: one line, the offset named, non-zero exit.
     let cut = dir.path().join("cut.bkt");
     let bytes = std::fs::read(&trace).unwrap();

@@ -69,6 +69,8 @@ copy_with_libs /usr/sbin/apache2 $(for m in $APACHE_MODS; do echo "$MODS/mod_$m.
 # The paper's page and CGI program (bench/trace/apache.py has them too).
 cp "$HERE/index.html" "$R/www/htdocs/index.html"
 cc -O2 -o "$R/www/cgi-bin/hello.cgi" "$HERE/hello.c"
+# A probe with known syscalls and page faults (tests/e2e/trace_system.rs).
+cc -O2 -o "$R/www/cgi-bin/probe.cgi" "$HERE/probe.c"
 copy_libs_of "$R/www/cgi-bin/hello.cgi"
 
 {
@@ -96,7 +98,7 @@ CONF
 printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$R/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$R/etc/group"
 cp "$HERE/init" "$R/init"
-chmod 755 "$R/init" "$R/www/cgi-bin/hello.cgi"
+chmod 755 "$R/init" "$R/www/cgi-bin/hello.cgi" "$R/www/cgi-bin/probe.cgi"
 
 (cd "$R" && find . | sort > "$STAGE/manifest" && find . | cpio -o -H newc --quiet | gzip -6 > "$STAGE/initrd.gz")
 cp "/boot/vmlinuz-$KVER" "$STAGE/vmlinuz"

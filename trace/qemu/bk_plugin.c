@@ -1,7 +1,8 @@
 /* bk_plugin.c: bunkai's QEMU TCG plugin: install, translation, execution.
  * `bunkai trace record --system` loads it into qemu-system-x86_64 as
  *   -plugin bunkai-qemu.so,arg=sock=S,arg=ksyms=F,arg=watch=W,arg=maps=M[,arg=mem=off][,arg=skip=N]
- * (skip: let N windows pass unrecorded, the recorder's warm-up requests)
+ * (skip: let N windows pass unrecorded, the recorder's warm-up requests;
+ * start=N,stop=M[,exe=PATH]: a window on a program's own syscalls)
  *
  * How it records: a translated block (TB) is the unit, as a Valgrind
  * superblock's segment is for the Valgrind tool. Each instruction adds 1 to
@@ -332,6 +333,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 {
     const char *sock = NULL, *ksyms = NULL, *watch = NULL, *maps = NULL;
     unsigned skip = 0;
+    int start_sys = -1, stop_sys = -1;
+    const char *exe = NULL;
     for (int i = 0; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
         if (!eq) {
@@ -348,6 +351,12 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             watch = v;
         else if (!strcmp(k, "maps"))
             maps = v;
+        else if (!strcmp(k, "start"))
+            start_sys = atoi(v);
+        else if (!strcmp(k, "stop"))
+            stop_sys = atoi(v);
+        else if (!strcmp(k, "exe"))
+            exe = v;
         else if (!strcmp(k, "skip"))
             skip = (unsigned)strtoul(v, NULL, 10);
         else if (!strcmp(k, "mem"))
@@ -381,7 +390,12 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         fprintf(stderr, "bunkai-qemu: cannot connect to %s\n", sock);
         return -1;
     }
+    if ((start_sys < 0) != (stop_sys < 0)) {
+        fprintf(stderr, "bunkai-qemu: start= and stop= go together\n");
+        return -1;
+    }
     bk_task_init(maps, skip);
+    bk_task_window(start_sys, stop_sys, exe);
     bk_id = id;
     bk_maps = maps;
     if (!maps)

@@ -94,6 +94,7 @@ void bk_task_watch(const bk_watch *w);
  * (returns 1 if it closed it). */
 int bk_task_return_to_user(void);
 void bk_task_init(const char *maps_path, unsigned skip);
+void bk_task_window(int start_sys, int stop_sys, const char *exe);
 void bk_task_end(void);
 
 /* ---- bk_objects.c: object ids of instructions ---- */

@@ -13,6 +13,9 @@
  * the guest), and closes when the same task returns to user mode from a
  * close() during which a socket was released (sock_close: the accepted
  * connection; the server's other closes release files, not sockets).
+ * With start=N,stop=M (syscall numbers) the window is instead a program's
+ * own: from the return of the first syscall N to the same task's return
+ * from syscall M.
  * Everything the CPU runs in between is recorded, whatever the task:
  * interrupts, softirqs, other processes (a CGI child). One window per run.
  *
@@ -39,6 +42,8 @@ static const char *bk_maps_path;
 static uint64_t bk_last_tid;
 static uint64_t bk_open_ns; /* host CLOCK_MONOTONIC when the window opened */
 static unsigned bk_skip;    /* windows to let pass unrecorded (warm-up) */
+static int bk_start_sys = -1, bk_stop_sys = -1; /* a window on these instead */
+static const char *bk_exe = "/usr/sbin/apache2";
 static int bk_skipping;     /* inside one of them */
 
 static bk_task *bk_task_get(uint64_t stack)
@@ -137,7 +142,7 @@ static void bk_hello(uint64_t pid)
     bk_put_v(&h, pid);
     bk_put_v(&h, 0);
     bk_put_v(&h, 1); /* tool version */
-    bk_put_s(&h, "/usr/sbin/apache2");
+    bk_put_s(&h, bk_exe);
     bk_put_v(&h, 0);
     bk_put_v(&h, 0); /* the window opens by an event */
     bk_put_v(&h, BKT_F_MEM | BKT_F_SYSTEM);
@@ -159,6 +164,27 @@ int bk_task_return_to_user(void)
     if (!t)
         return 0;
     int closed = 0;
+    if (bk_start_sys >= 0) {
+        /* The window on a program's own syscalls: from the return of the
+         * first start syscall to the same task's return from the stop one. */
+        if (!bk_rec && !bk_win_done && t->sys == bk_start_sys) {
+            uint64_t pid = bk_objects_load_maps(bk_maps_path);
+            bk_hello(pid);
+            bk_objects_define_base();
+            bk_win_task = t;
+            bk_rec = 1;
+            bk_open_ns = bk_now_ns();
+            bk_last_tid = 0;
+            bk_window_event(1, BKT_WIN_SYSCALL);
+            bk_thread_event();
+        } else if (bk_rec && t == bk_win_task && t->sys == bk_stop_sys) {
+            bk_window_event(0, BKT_WIN_SYSCALL);
+            bk_task_end();
+            closed = 1;
+        }
+        t->sys = -1;
+        return closed;
+    }
     if (!bk_rec && !bk_win_done && !bk_skipping && bk_skip > 0 && (t->sys == 43 || t->sys == 288)) {
         bk_skipping = 1; /* a warm-up request: the same window, not recorded */
         bk_win_task = t;
@@ -183,6 +209,14 @@ int bk_task_return_to_user(void)
     }
     t->sys = -1;
     return closed;
+}
+
+void bk_task_window(int start_sys, int stop_sys, const char *exe)
+{
+    bk_start_sys = start_sys;
+    bk_stop_sys = stop_sys;
+    if (exe)
+        bk_exe = exe;
 }
 
 void bk_task_init(const char *maps_path, unsigned skip)

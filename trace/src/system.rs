@@ -47,6 +47,11 @@ pub struct SystemOptions {
     pub boot_timeout: u64,
     /// Deadline of the request (sent to window closed), in seconds.
     pub timeout: u64,
+    /// A window on a program's own syscalls instead of Apache's accept to
+    /// close: from the return of the first of these (any task)...
+    pub start_syscall: Option<String>,
+    /// ...to the same task's return from this one.
+    pub stop_syscall: Option<String>,
 }
 
 /// One text symbol of System.map.
@@ -158,6 +163,11 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         );
     }
     let watch = watch_lines(&syms)?;
+    let syscall_window = match (&o.start_syscall, &o.stop_syscall) {
+        (None, None) => None,
+        (Some(a), Some(b)) => Some((crate::record::syscall_numbers(a)?[0], crate::record::syscall_numbers(b)?[0])),
+        _ => bail!("--system takes --start-syscall and --stop-syscall together (or neither: Apache's accept to close)"),
+    };
 
     let me = std::process::id();
     let dir = tempfile::Builder::new()
@@ -181,6 +191,10 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     }
     if o.warmup > 0 {
         plugin_arg.push(format!(",arg=skip={}", o.warmup));
+    }
+    if let Some((a, b)) = syscall_window {
+        // Not Apache's task: its maps do not apply; all user code is "[user]".
+        plugin_arg.push(format!(",arg=start={a},arg=stop={b},arg=exe=[user]"));
     }
     let mut q = Command::new("qemu-system-x86_64");
     q.args(["-accel", "tcg", "-icount", "shift=0,sleep=off", "-smp", "1", "-m", "512", "-nographic", "-no-reboot", "-kernel"])
@@ -207,7 +221,10 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         "tool_version": 1,
         "format_version": format::VERSION,
         "memory_references": !o.no_mem,
-        "window": {"start_syscall": "accept", "stop_at_close": true},
+        "window": match &syscall_window {
+            Some((a, b)) => serde_json::json!({"start_syscall": a, "stop_syscall": b}),
+            None => serde_json::json!({"start_syscall": "accept", "stop_at_close": true}),
+        },
         "started_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
     });
     let out_dir = match o.output.parent() {
@@ -315,7 +332,11 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         return Err(fail(&mut child, "the guest's init printed no GUEST-MAP lines (rebuild it with `make guest`)".into()));
     }
     let tmp = dir.path().join("maps.tmp");
-    std::fs::write(&tmp, format!("pid {pid}\n{maps}"))?;
+    if syscall_window.is_some() {
+        std::fs::write(&tmp, "pid 0\n")?;
+    } else {
+        std::fs::write(&tmp, format!("pid {pid}\n{maps}"))?;
+    }
     std::fs::rename(&tmp, &maps_path)?;
     // The plugin instruments every block once it sees the maps (at the
     // next interrupt) and says so; the request waits for that.

@@ -84,8 +84,10 @@ pub struct RecordArgs {
     /// Full system: boot the guest of `make guest` (Debian's kernel, Apache)
     /// under QEMU's TCG with bunkai's plugin and record one HTTP request
     /// from Apache's accept to its close of the connection, kernel included
-    /// (no COMMAND; see docs/trace.md)
-    #[arg(long, conflicts_with_all = ["start_syscall", "stop_syscall", "stop_at_close", "start_func", "stop_func", "skip", "max", "objects", "buffer", "no_children"])]
+    /// (no COMMAND; see docs/trace.md); with --start-syscall and
+    /// --stop-syscall, from the return of the first start syscall to the same
+    /// task's return from the stop syscall instead
+    #[arg(long, conflicts_with_all = ["stop_at_close", "start_func", "stop_func", "skip", "max", "objects", "buffer", "no_children"])]
     pub system: bool,
     /// With --system: the guest directory (vmlinuz, initrd.gz, System.map)
     #[arg(long, value_name = "DIR", default_value = "build/guest", requires = "system")]
@@ -116,7 +118,7 @@ pub fn run(a: RecordArgs) -> Result<ExitCode> {
     } = a;
     if system {
         return crate::system::run(&crate::system::SystemOptions {
-            output, guest, get, warmup, no_mem, level, json, verbose, boot_timeout, timeout,
+            output, guest, get, warmup, no_mem, level, json, verbose, boot_timeout, timeout, start_syscall, stop_syscall,
         });
     }
     record::run(&RecordOptions {
