@@ -6,7 +6,7 @@
 #   make test   build and run the whole test suite
 #   make bench  the papers' evaluations, all five (hours); results go to
 #               bench/results/; one subsystem's: make bench-scatter,
-#               bench-trace, bench-share, bench-flow, bench-mod
+#               bench-trace, bench-trace-system, bench-share, bench-flow, bench-mod
 #   make install  install under $(PREFIX) (default /usr/local; DESTDIR honoured)
 #   make deb    a Debian package in build/ (apt install ./build/bunkai_*.deb)
 SHELL := /bin/bash
@@ -19,11 +19,11 @@ JOBS    ?= $(shell nproc)
 PREFIX  ?= /usr/local
 DESTDIR ?=
 
-.PHONY: guest all native cli deps demo test unit e2e bench bench-scatter bench-trace bench-share bench-flow bench-mod bench-cli stress-share clean fetch-sqlite fetch-zlib fetch-memcached fetch-apache install uninstall deb
+.PHONY: guest fetch-qemu-plugin-header bench-trace-system all native cli deps demo test unit e2e bench bench-scatter bench-trace bench-share bench-flow bench-mod bench-cli stress-share clean fetch-sqlite fetch-zlib fetch-memcached fetch-apache install uninstall deb
 
 all: native cli
 
-native:
+native: fetch-qemu-plugin-header
 	@mkdir -p $(BUILD) && cmake -S . -B $(BUILD)/cmake -G Ninja -DCMAKE_C_COMPILER=clang-14 \
 	  -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_ASM_COMPILER=clang-14 \
 	  -DBUNKAI_OUT=$(BUILD) >$(BUILD)/cmake.log 2>&1 || { cat $(BUILD)/cmake.log; exit 1; }
@@ -36,6 +36,10 @@ cli:
 
 deps:
 	@bash scripts/install-deps.sh
+
+# trace's QEMU plugin: the plugin API header from Debian's qemu source.
+fetch-qemu-plugin-header:
+	@bash scripts/fetch-qemu-plugin-header.sh $(BUILD)/third_party/qemu-plugin
 
 fetch-sqlite:
 	@bash scripts/fetch-sqlite.sh $(BUILD)/third_party/sqlite
@@ -70,7 +74,7 @@ test: all fetch-sqlite fetch-zlib fetch-memcached fetch-apache
 
 # The papers' evaluations. Each target says first how long it takes, from
 # the durations recorded in bench/results/ and the scripts' own notes.
-bench: bench-scatter bench-mod bench-trace bench-share bench-flow bench-cli
+bench: bench-scatter bench-mod bench-trace bench-trace-system bench-share bench-flow bench-cli
 
 bench-scatter: all fetch-sqlite
 	@echo "make bench-scatter: over 100 minutes: Tables 3-7 with Vim (bench/scatter/run.sh; not timed in full, its --quick run took 43 minutes), every exit over HTTP (9 minutes, bench/results/scatter-exits.md), Table 8 over a narrow network (about 50 minutes, docs/scatter.md)"
@@ -87,6 +91,10 @@ bench-mod: all
 bench-trace: all
 	@echo "make bench-trace: about 10 minutes: the Apache case study (12 s) and recording speed against lackey (601 s), timed on 2 shared cores at load average 9-19"
 	@bash bench/trace/run.sh
+
+bench-trace-system: all guest
+	@echo "make bench-trace-system: about 8 minutes: the Apache case study in full-system mode (six boots of the guest under QEMU's TCG), timed on 2 shared cores at load average 6-8"
+	@python3 bench/trace/system.py
 
 bench-share: all
 	@echo "make bench-share: about 90 minutes: the evaluation (about 10 minutes, bench/share/run.sh), then 976 checked runs across three hosts (80 minutes, bench/results/share-stress.md)"

@@ -27,6 +27,11 @@ fn main() {
         .map(|v| v.trim_start_matches("valgrind-").to_string())
         .unwrap_or_else(|| "?".into());
     println!("cargo:rustc-env=BUNKAI_BUILD_INFO={commit}; LLVM {llvm}; Valgrind {valgrind}");
+    // A position-dependent executable: the linker resolves the 12,000
+    // relative relocations of a PIE itself, so the dynamic loader does not
+    // touch (and fault in) the pages holding them at every start
+    // (bench/results/cli-startup.md).
+    println!("cargo:rustc-link-arg-bins=-no-pie");
     for p in ["../.git/HEAD", "../.git/index", "../.git/refs/heads"] {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -14,16 +14,14 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::process::ExitCode;
 
-#[derive(Parser)]
-#[command(
-    name = "bunkai",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUNKAI_BUILD_INFO"), ")"),
-    about = "Take programs apart while they run",
-    long_about = "bunkai takes Linux x86-64 programs apart while they run: it scatters a C \
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUNKAI_BUILD_INFO"), ")");
+const ABOUT: &str = "Take programs apart while they run";
+const LONG_ABOUT: &str = "bunkai takes Linux x86-64 programs apart while they run: it scatters a C \
 program into per-function shared libraries, traces every instruction, shares one process \
-across hosts, follows data flows with aspects, and loads code modules into running hosts.",
-    propagate_version = true
-)]
+across hosts, follows data flows with aspects, and loads code modules into running hosts.";
+
+#[derive(Parser)]
+#[command(name = "bunkai", version = VERSION, about = ABOUT, long_about = LONG_ABOUT, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -267,9 +265,62 @@ fn runs_a_program(cmd: &Cmd) -> bool {
     }
 }
 
+/// The command line parsed with the least of the command tree: clap's
+/// derive builds every subcommand's arguments (hundreds of them) before it
+/// parses, and that heap is most of what bunkai's start-up adds to a Rust
+/// program's (bench/results/cli-startup.md). A command line whose first
+/// word names a subcommand is parsed against that subcommand's tree alone
+/// (built by the same derive), and `--version` against the top level
+/// alone. Whatever does not parse, and every request for help, is parsed
+/// again against the whole tree, so that errors and help are clap's own.
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{Args, Command, CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("");
+    let helps = args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "-h" || a == "--help" || a == "help");
+    let top = || Command::new("bunkai").version(VERSION).about(ABOUT).long_about(LONG_ABOUT).propagate_version(true);
+    fn sub<T: Args>(name: &'static str) -> Command {
+        T::augment_args(Command::new(name))
+    }
+    let narrow = if helps {
+        None
+    } else {
+        match first {
+            "--version" | "-V" if args.len() == 2 => Some(top()),
+            "scatter" => Some(top().subcommand(sub::<scatter::ScatterArgs>("scatter"))),
+            "stats" => Some(top().subcommand(sub::<scatter::stats::StatsArgs>("stats"))),
+            "profile" => Some(top().subcommand(sub::<scatter::profile::ProfileArgs>("profile"))),
+            "group" => Some(top().subcommand(sub::<scatter::group::GroupArgs>("group"))),
+            "serve" => Some(top().subcommand(sub::<scatter::serve::ServeArgs>("serve"))),
+            "run" => Some(top().subcommand(sub::<scatter::run::RunArgs>("run"))),
+            "trace" => Some(top().subcommand(sub::<bunkai_trace::cmd::Args>("trace"))),
+            "share" => Some(top().subcommand(sub::<bunkai_share::cmd::Args>("share"))),
+            "flow" => Some(top().subcommand(sub::<bunkai_flow::cmd::Args>("flow"))),
+            "mod" => Some(top().subcommand(sub::<bunkai_mod::cmd::Args>("mod"))),
+            _ => None,
+        }
+    };
+    if let Some(cmd) = narrow {
+        match cmd.try_get_matches_from(&args) {
+            Ok(m) => {
+                if let Ok(cli) = Cli::from_arg_matches(&m) {
+                    return Ok(cli);
+                }
+            }
+            // `bunkai --version`: what the whole tree would print
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion && !first.chars().all(char::is_alphabetic) => {
+                return Err(e)
+            }
+            Err(_) => {}
+        }
+    }
+    let m = Cli::command().try_get_matches_from(&args)?;
+    Cli::from_arg_matches(&m)
+}
+
 fn main() -> ExitCode {
     install_output_hook();
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };
@@ -300,6 +351,9 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
+            // an error that an interrupt caused (its cleanup removed the
+            // work meanwhile) ends as the interrupt: 130, its one line
+            bunkai_common::files::yield_to_interrupt();
             if let Some(io) = output_error(&e) {
                 return output_failed(name, &io);
             }

@@ -208,6 +208,14 @@ void remove_flowid(struct bkf_table *t, const void *key);
 /* Entries in a table (for tests and the memory experiment). */
 uint64_t bkf_table_size(struct bkf_table *t);
 
+/* A record whose jp is BKF_JP_LIVE_AT_EXIT is no step of a flow: the
+ * runtime writes one at the process's exit for each table that still holds
+ * keys (an object that ended without a quit leaves its key, and the next
+ * object at that address joins the old flow). pc 0; vals: the number of
+ * live keys, the table's name in 3 words (24 bytes, NUL-padded, cut), then
+ * up to BKF_LIVE_SAMPLE (key, flow ID) pairs. */
+#define BKF_JP_LIVE_AT_EXIT 0xfffffffeu
+#define BKF_LIVE_SAMPLE 4
 #define BKF_REC_DONE 1u        /* flags: the record is complete */
 #define BKF_REC_CHUNK 2u       /* flags: a writer's chunk of records, not a record */
 #define BKF_CHUNK 4096u        /* bytes a writer reserves at a time (§3) */

@@ -27,7 +27,8 @@
  * Files: util.c (the environment, the host's name), clock.c (the
  * vDSO's clock_gettime, TSC time stamps), process.c (the per-process page,
  * fork, the global state), flowid.c (flow IDs), table.c (the flow tables),
- * buffer.c (the record buffer, bkf_store), weave.c (stubs, guards,
+ * buffer.c (the record buffer, bkf_store), exit.c (what the tables still
+ * hold at exit: the shared library's one destructor), weave.c (stubs, guards,
  * patching, the dispatch) and trampoline_x86_64.S (the common trampoline);
  * syscall_x86_64.h holds the raw system calls, and
  * common/runtime/bunkai_rt_util.h the string helpers shared with share's

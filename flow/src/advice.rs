@@ -228,8 +228,10 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                 if close > 0 && !top_level_and(&u.pointcut.expr) {
                     bail!("advice {} (line {}): xflow() under OR or NOT is not supported (write it as AND ... AND xflow(...))", ui + 1, ad.pos.line);
                 }
-                let code = body.as_ref().map(|b| b.text.replace("$pc$", "bkf_pc__")).unwrap_or_default();
-                let _ = writeln!(c, "      {{ {} }}", code.trim());
+                match body {
+                    Some(b) => c += &code_c(b),
+                    None => c += "      { }\n",
+                }
                 c += &"      }\n".repeat(close);
             } else {
                 // which xflow and which part
@@ -237,12 +239,12 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                 let t = format!("T_{}", x.name);
                 match part {
                     Part::Start(p) => match &p.action {
-                        Some(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
+                        Some(act) => c += &code_c(act),
                         // a start selected at several accesses begins one flow, not one per access
                         None => { let _ = writeln!(c, "      void *key__ = {};\n      if (key__ && !get_flowid({t}, key__)) register_flowid({t}, key__, get_new_flowid());", key(&p.select)?); }
                     },
                     Part::Quit(p) => match &p.action {
-                        Some(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
+                        Some(act) => c += &code_c(act),
                         None => {
                             let _ = writeln!(c, "      void *key__ = {};\n      if (key__) remove_flowid({t}, key__);", key(&p.select)?);
                             // removing a key that is not there does nothing
@@ -250,7 +252,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
                         }
                     },
                     Part::Transit(tr) => match &tr.how {
-                        How::Action(act) => { let _ = writeln!(c, "      {{ {} }}", act.text.replace("$pc$", "bkf_pc__").trim()); }
+                        How::Action(act) => c += &code_c(act),
                         How::Local { from, to, keep } => {
                             guard = key_reg(Some(from)).map(|r| Test::Key(x.name.clone(), r));
                             let _ = writeln!(c, "      void *from__ = {}, *to__ = {};", value(from)?, value(to)?);
@@ -474,7 +476,62 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     // xs__ appears twice in every module (parameter, cast to void); more
     // uses read an %xmm register from the XSAVE area
     let needs_xsave = src.matches("xs__").count() > 2;
-    Ok(Generated { source: src, sleds, needs_xsave, guarded, field_guarded })
+    // the generated lines after each piece of the aspect's C are numbered
+    // as the generated file's again
+    let mut source = String::with_capacity(src.len() + 64);
+    for (i, line) in src.lines().enumerate() {
+        if line.trim() == RESET_LINE {
+            let _ = writeln!(source, "#line {} {GENERATED_NAME}", i + 2);
+        } else {
+            source += line;
+            source.push('\n');
+        }
+    }
+    Ok(Generated { source, sleds, needs_xsave, guarded, field_guarded })
+}
+
+/// Placeholders for the two file names in `#line` directives, filled in by
+/// Generated::named.
+const ASPECT_NAME: &str = "\"__BKF_ASPECT__\"";
+const GENERATED_NAME: &str = "\"__BKF_GENERATED__\"";
+const RESET_LINE: &str = "#line __BKF_RESET__";
+
+/// A piece of the aspect's own C (advice, or a start, quit or transit
+/// action) as the module holds it: behind a `#line` directive naming the
+/// aspect's line, and padded so that its first character is at the
+/// aspect's column, so that the compiler's errors point into the aspect
+/// file (`check` and `weave` show them as they come).
+fn code_c(code: &crate::aspect::Code) -> String {
+    let text = code.text.replace("$pc$", "bkf_pc__");
+    let pad = " ".repeat((code.pos.col as usize).saturating_sub(3));
+    // the closing brace on a line of its own: the code's last line may end
+    // in a // comment or a backslash
+    format!("#line {} {ASPECT_NAME}\n{pad}{{ {}\n}}\n{RESET_LINE}\n", code.pos.line, text.trim_end())
+}
+
+/// A C string literal of a path.
+fn c_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '\\' | '"' => {
+                out.push('\\');
+                out.push(ch);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out += &format!("\\{:03o}", c as u32),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl Generated {
+    /// The source with its `#line` directives naming the aspect file (as
+    /// the user gave it) and the generated file.
+    pub fn named(&self, aspect: &str, generated: &str) -> String {
+        self.source.replace(ASPECT_NAME, &c_string(aspect)).replace(GENERATED_NAME, &c_string(generated))
+    }
 }
 
 /// What a vector-free advice module may call: the flow runtime, which is

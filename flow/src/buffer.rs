@@ -20,6 +20,11 @@ pub const REC_DONE: u16 = 1;
 /// A writer's chunk: records follow its 8-byte head, up to its size or a
 /// zero word.
 pub const REC_CHUNK: u16 = 2;
+/// BKF_JP_LIVE_AT_EXIT: a record that is no step, but what a table still
+/// held at the process's exit (live keys, the table's name in 3 words, up
+/// to BKF_LIVE_SAMPLE (key, flow ID) pairs).
+pub const JP_LIVE_AT_EXIT: u32 = 0xffff_fffe;
+pub const LIVE_SAMPLE: usize = 4;
 /// The runtime cuts a record's values at this many.
 pub const MAX_VALS: usize = 1024;
 /// Where buffers are unless BUNKAI_FLOW_DIR says otherwise.
@@ -243,6 +248,12 @@ fn clock(d: &[u8]) -> std::result::Result<Clock, String> {
 /// Reads a buffer file: its header, then the area up to the head (not the
 /// capacity past it, which may be gigabytes of zeros).
 pub fn read(path: &Path) -> Result<Buffer> {
+    read_counted(path, &indicatif::ProgressBar::hidden())
+}
+
+/// `read`, counting the bytes it reads on `bar` (a process's buffer may
+/// hold gigabytes: `report` and `dump` show how far they are).
+pub fn read_counted(path: &Path, bar: &indicatif::ProgressBar) -> Result<Buffer> {
     use std::io::Read;
     let cannot = || format!("cannot read {}", path.display());
     let f = std::fs::File::open(path).with_context(cannot)?;
@@ -254,7 +265,8 @@ pub fn read(path: &Path) -> Result<Buffer> {
         let used = u64_at(&d, 24).min(u64_at(&d, 16)).min(file_len - HEADER as u64);
         f.set_limit(used);
         d.reserve_exact(used as usize);
-        f.read_to_end(&mut d).with_context(cannot)?;
+        bar.wrap_read(f).read_to_end(&mut d).with_context(cannot)?;
+        bar.set_message(format!("parsing {}", path.display()));
     }
     match parse_prefix(&d, file_len) {
         Ok(mut b) => {
@@ -262,6 +274,55 @@ pub fn read(path: &Path) -> Result<Buffer> {
             Ok(b)
         }
         Err(e) => bail!("{}: {e}", path.display()),
+    }
+}
+
+/// Reads the buffer files. With `progress` (stderr a terminal, no --json),
+/// a count of the bytes read shows on stderr once the reading has taken a
+/// second (BUNKAI_PROGRESS_AFTER_MS), so that small buffers read in
+/// silence.
+pub fn read_all(files: &[PathBuf], progress: bool) -> Result<Vec<Buffer>> {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    use std::sync::mpsc;
+    use std::time::Duration;
+    if !progress {
+        return files.iter().map(|p| read(p)).collect();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    bar.set_style(ProgressStyle::with_template("  {spinner} {msg}: {bytes} read ({bytes_per_sec})").expect("a valid template"));
+    let after: u64 = std::env::var("BUNKAI_PROGRESS_AFTER_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let show = |b: &ProgressBar| {
+        b.set_draw_target(ProgressDrawTarget::stderr());
+        b.enable_steady_tick(Duration::from_millis(200));
+    };
+    let (done, wait) = mpsc::channel::<()>();
+    let shown = bar.clone();
+    let watcher = std::thread::spawn(move || {
+        if after > 0 && wait.recv_timeout(Duration::from_millis(after)) == Err(mpsc::RecvTimeoutError::Timeout) {
+            show(&shown);
+        }
+    });
+    let mut out = Vec::with_capacity(files.len());
+    let mut err = None;
+    for (k, p) in files.iter().enumerate() {
+        bar.set_message(format!("reading {}", p.display()));
+        if after == 0 && k == 0 {
+            show(&bar);
+        }
+        match read_counted(p, &bar) {
+            Ok(b) => out.push(b),
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    let _ = done.send(());
+    let _ = watcher.join();
+    bar.finish_and_clear();
+    match err {
+        Some(e) => Err(e),
+        None => Ok(out),
     }
 }
 
@@ -637,5 +698,36 @@ pub mod tests {
         assert_eq!(e.0, vec![ended]);
         let e = select(Which::Pids(&[4_000_000]), d.path()).unwrap_err().to_string();
         assert!(e.contains("no buffer of process 4000000"), "{e}");
+    }
+}
+
+/// What a table still held when its process exited (a BKF_JP_LIVE_AT_EXIT
+/// record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveAtExit {
+    pub table: String,
+    pub live: u64,
+    /// Up to LIVE_SAMPLE (key, flow ID) pairs.
+    pub sample: Vec<(u64, u64)>,
+}
+
+impl Record {
+    /// A step of a flow (not a record the runtime writes about itself).
+    pub fn is_step(&self) -> bool {
+        self.jp != Some(JP_LIVE_AT_EXIT)
+    }
+
+    /// The table summary this record holds, if it is one (None when it is
+    /// a step, or too short to be one).
+    pub fn live_at_exit(&self) -> Option<LiveAtExit> {
+        if self.is_step() || self.vals.len() < 4 {
+            return None;
+        }
+        let mut name: Vec<u8> = self.vals[1..4].iter().flat_map(|w| w.to_le_bytes()).collect();
+        if let Some(z) = name.iter().position(|&c| c == 0) {
+            name.truncate(z);
+        }
+        let sample = self.vals[4..].chunks_exact(2).take(LIVE_SAMPLE).map(|p| (p[0], p[1])).collect();
+        Some(LiveAtExit { table: String::from_utf8_lossy(&name).into_owned(), live: self.vals[0], sample })
     }
 }

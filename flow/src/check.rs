@@ -11,7 +11,9 @@
 //! them): which join points each pointcut selects, that every pointcut
 //! selects at least one, that hosts named with @ are among the programs',
 //! and that every program variable the aspect names (local_var, select,
-//! move/copy/xin/xout from and to) is visible at every join point selected.
+//! move/copy/xin/xout from and to) is visible at every join point selected;
+//! and the advice's C compiles in the module weave would build, each error
+//! at the aspect's own line and column.
 
 use crate::aspect::{self, Aspect, Diag, How, Pos, Prim};
 use crate::joinpoints::{self, JoinPoint};
@@ -34,6 +36,8 @@ pub struct CheckOptions {
     pub programs: Vec<String>,
     /// One JSON document: the pointcuts and the join points each selects
     pub json: bool,
+    /// Extra flags for compiling the advice, as weave's --cflags
+    pub cflags: Option<String>,
 }
 
 /// Checks that need no program. Every problem, in file order.
@@ -306,6 +310,40 @@ pub fn run(a: &CheckOptions) -> Result<ExitCode> {
             let _ = writeln!(err, "bunkai flow: {name}:{d}");
         }
         bail!("{name}:{}", diags[diags.len() - 1]);
+    }
+    // the advice's C, compiled as weave would for each program: errors at
+    // the aspect's lines; the generated code around it (xin and xout) needs
+    // the header's struct, which only --cflags gives: without it, that part
+    // is left unchecked, and said so
+    let (mut in_aspect, mut generated) = (Vec::<String>::new(), Vec::<String>::new());
+    for p in &progs {
+        let e = crate::weave::c_errors(&aspect, &name, p, a.cflags.as_deref())?;
+        in_aspect.extend(e.in_aspect.into_iter().filter(|x| !in_aspect.contains(x)).collect::<Vec<_>>());
+        generated.extend(e.generated.into_iter().filter(|x| !generated.contains(x)).collect::<Vec<_>>());
+    }
+    let fix = "xin and xout need the header's struct: --cflags \"-include header.h\"";
+    // only a struct the aspect's xin/xout code names, missing without the
+    // header, is left to --cflags; anything else in the generated code fails
+    let has_xio = aspect.xflows.iter().any(|x| x.transits.iter().any(|t| matches!(t.how, aspect::How::Xin { .. } | aspect::How::Xout { .. })));
+    let header_only = has_xio && a.cflags.is_none() && generated.iter().all(|m| m.contains("incomplete") && m.contains("struct"));
+    if !in_aspect.is_empty() || (!generated.is_empty() && !header_only) {
+        // errors at the aspect's lines are each real; the generated code's
+        // follow from the first (an unbalanced brace cascades): that one only
+        let mut all: Vec<String> = in_aspect;
+        let why = if has_xio { fix } else { "an unbalanced brace or parenthesis in the advice? `bunkai flow emit` shows the module" };
+        if all.is_empty() {
+            all.extend(generated.first().map(|m| format!("{name}: the module does not compile around the aspect's C: {m} ({why})")));
+        }
+        let (last, rest) = all.split_last().expect("not empty");
+        let mut err = std::io::stderr().lock();
+        for e in rest {
+            let _ = writeln!(err, "bunkai flow: {e}");
+        }
+        bail!("{last}");
+    }
+    if let Some(first) = generated.first() {
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "bunkai flow: note: {name}: the module's xin/xout code was not compiled ({first}; {fix} checks it too)");
     }
     let us = uses(&aspect);
     let out = if a.json {

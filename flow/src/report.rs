@@ -72,12 +72,21 @@ impl Tables {
     }
 }
 
-fn load(given: &[PathBuf]) -> Result<Vec<Buffer>> {
+fn load(given: &[PathBuf], json: bool) -> Result<Vec<Buffer>> {
     let files = buffer::find(given, &buffer::dir())?;
-    files.iter().map(|p| buffer::read(p)).collect()
+    buffer::read_all(&files, progress(json))
+}
+
+/// Whether reading shows its progress: on a terminal, and not under --json.
+fn progress(json: bool) -> bool {
+    use std::io::IsTerminal;
+    !json && std::io::stderr().is_terminal()
 }
 
 fn place(t: &mut Tables, b: &Buffer, r: &Record) -> (String, String, u32) {
+    if !r.is_step() {
+        return ("(keys still in a flow table at exit)".into(), "-".into(), 0);
+    }
     match t.jp(&b.exe, r.jp) {
         Some(jp) => (jp.function.clone(), jp.file.clone(), jp.line),
         None => ("?".into(), "?".into(), 0),
@@ -89,7 +98,7 @@ fn short(path: &str) -> &str {
 }
 
 pub fn dump(a: &DumpOptions) -> Result<ExitCode> {
-    let bufs = load(&a.buffers)?;
+    let bufs = load(&a.buffers, a.json)?;
     // Streamed, record by record: a buffer may hold tens of millions.
     let out = std::io::stdout();
     let mut w = std::io::BufWriter::with_capacity(1 << 16, out.lock());
@@ -223,14 +232,20 @@ pub fn report(a: &ReportOptions) -> Result<ExitCode> {
             dir.display()
         );
     }
-    let bufs: Vec<Buffer> = files.iter().map(|p| buffer::read(p)).collect::<Result<_>>()?;
+    let bufs: Vec<Buffer> = buffer::read_all(&files, progress(a.json))?;
     let mask = if a.id_bits >= 64 { u64::MAX } else { (1u64 << a.id_bits) - 1 };
     let only = a.flow.as_deref().map(parse_id).transpose()?.map(|f| f & mask);
     let mut t = Tables(HashMap::new());
     let mut flows: BTreeMap<u64, Vec<Step>> = BTreeMap::new();
     let mut without = 0u64;
+    // what tables still held at their process's exit: (buffer, summary)
+    let mut live: Vec<(usize, crate::buffer::LiveAtExit)> = Vec::new();
     for (bi, b) in bufs.iter().enumerate() {
         for r in &b.records {
+            if !r.is_step() {
+                live.extend(r.live_at_exit().map(|l| (bi, l)));
+                continue;
+            }
             let k = if a.id_value < 0 { r.vals.len() as i64 + a.id_value } else { a.id_value };
             let id = match usize::try_from(k).ok().and_then(|k| r.vals.get(k)) {
                 Some(&id) if id & mask != 0 => id & mask,
@@ -283,10 +298,26 @@ pub fn report(a: &ReportOptions) -> Result<ExitCode> {
             .map(|b| json!({"process": format!("{}/{}", b.host, b.pid), "pid": b.pid, "host": b.host, "exe": b.exe,
                             "records": b.records.len(), "dropped": b.dropped, "capacity": b.capacity}))
             .collect();
-        crate::stdout(&(serde_json::to_string_pretty(&json!({"flows": v, "records_without_flow": without, "processes": procs}))? + "\n"))?;
+        let lv: Vec<Value> = live
+            .iter()
+            .map(|(bi, l)| json!({"process": proc_name(*bi), "pid": bufs[*bi].pid, "table": l.table, "live": l.live,
+                                  "sample": l.sample.iter().map(|(k, id)| json!({"key": format!("{k:#x}"), "flow": format!("{id:#x}")})).collect::<Vec<_>>()}))
+            .collect();
+        crate::stdout(&(serde_json::to_string_pretty(&json!({"flows": v, "records_without_flow": without, "processes": procs, "live_at_exit": lv}))? + "\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut s = String::new();
+    for (bi, l) in &live {
+        let e = l.sample.first().map(|(k, id)| format!(" (key {k:#x} in flow {id:#x}, ...)")).unwrap_or_default();
+        s += &format!(
+            "warning: {} ({}) exited with {} key{} still in flow table {}{e}: an object that ends without a <quit> leaves its key, and the next object at its address joins the old flow (add a <quit> where such objects end)\n",
+            proc_name(*bi),
+            short(&bufs[*bi].exe),
+            bunkai_common::fmt::commas(l.live),
+            if l.live == 1 { "" } else { "s" },
+            l.table
+        );
+    }
     for b in bufs.iter().filter(|b| b.dropped > 0) {
         s += &format!(
             "{}/{} ({}) dropped {} record{}: its buffer of {} filled (make it larger: bunkai flow weave --buffer-size SIZE, or BUNKAI_FLOW_BUF=SIZE in its environment); flows marked \"cut short?\" had steps there\n",

@@ -248,6 +248,8 @@ fn constants_match_the_shared_header() {
     assert_eq!(define("BKF_BUF_HEADER_SIZE"), crate::buffer::HEADER.to_string());
     assert_eq!(define("BKF_REC_DONE"), crate::buffer::REC_DONE.to_string());
     assert_eq!(define("BKF_REC_CHUNK"), crate::buffer::REC_CHUNK.to_string());
+    assert_eq!(define("BKF_JP_LIVE_AT_EXIT"), format!("{:#x}", crate::buffer::JP_LIVE_AT_EXIT));
+    assert_eq!(define("BKF_LIVE_SAMPLE"), crate::buffer::LIVE_SAMPLE.to_string());
     assert_eq!(define("BKF_SECTION"), format!("\"{SECTION}\""));
     assert_eq!(define("BKF_JP_MAGIC"), format!("{MAGIC:#010x}"));
     assert_eq!(define("BKF_SLED_SIZE"), SLED_SIZE.to_string());

@@ -47,10 +47,73 @@ pub fn emit(a: &EmitOptions) -> Result<std::process::ExitCode> {
     let (aspect, prog, module) = checked_aspect(&a.aspect, &a.program, a.name.as_deref())?;
     let g = generate(&aspect, &prog, 0, &module)?;
     match &a.out {
-        Some(p) => bunkai_common::files::write_atomic(p, g.source.as_bytes())?,
-        None => crate::stdout(&g.source)?,
+        Some(p) => bunkai_common::files::write_atomic(p, g.named(&a.aspect.display().to_string(), &p.display().to_string()).as_bytes())?,
+        None => crate::stdout(&g.named(&a.aspect.display().to_string(), &format!("{module}.c")))?,
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Warnings that are errors in every compile of advice: a misspelt call
+/// would otherwise compile, and fail only when the module is loaded (an
+/// unresolved symbol).
+const STRICT: &[&str] = &["-Werror=implicit-function-declaration", "-Werror=int-conversion", "-Werror=incompatible-pointer-types"];
+
+/// The advice's C errors for one program: the module `weave` would build
+/// (its sleds at link-time addresses), compiled with -fsyntax-only. The
+/// module's `#line` directives name the aspect file as `aspect_name`:
+/// errors in the aspect's own C come first, as `FILE:LINE:COL: message`;
+/// then the errors in the generated code around it (what xin and xout
+/// write needs the header's struct, which only --cflags can give).
+pub struct CErrors {
+    pub in_aspect: Vec<String>,
+    pub generated: Vec<String>,
+}
+
+pub fn c_errors(aspect: &Aspect, aspect_name: &str, prog: &Program, cflags: Option<&str>) -> Result<CErrors> {
+    let g = generate(aspect, prog, 0, "flow_check")?;
+    let dir = tempfile::Builder::new().prefix("bunkai-flow-check-").tempdir()?;
+    let c = dir.path().join("flow_check.c");
+    std::fs::write(&c, g.named(aspect_name, "(generated)"))?;
+    let inc = bunkai_common::install::helper_libdir()?.join("include");
+    let compile = |no_field: bool| -> Result<std::process::Output> {
+        let mut cc = std::process::Command::new("clang-14");
+        cc.args(["-fsyntax-only", "-fno-caret-diagnostics", "-fno-diagnostics-fixit-info"]).args(STRICT).arg(format!("-I{}", inc.display()));
+        if no_field {
+            cc.arg("-DBKF_NO_FIELD_GUARD__");
+        }
+        if let Some(f) = cflags {
+            cc.args(f.split_whitespace());
+        }
+        cc.arg(&c).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e} (scripts/install-deps.sh installs it)"))
+    };
+    let mut out = compile(false)?;
+    if !out.status.success() && g.field_guarded > 0 {
+        // as weave: an xout guard on a bitfield has no offsetof; those
+        // sleds are woven unguarded
+        let again = compile(true)?;
+        if again.status.success() {
+            out = again;
+        }
+    }
+    let mut e = CErrors { in_aspect: Vec::new(), generated: Vec::new() };
+    if out.status.success() {
+        return Ok(e);
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    for l in err.lines() {
+        let Some((at, msg)) = l.split_once(": error: ").or_else(|| l.split_once(": fatal error: ")) else { continue };
+        let (list, line) = match at.strip_prefix(aspect_name) {
+            Some(rest) if rest.starts_with(':') => (&mut e.in_aspect, format!("{at}: {msg}")),
+            _ => (&mut e.generated, msg.to_string()),
+        };
+        if !list.contains(&line) {
+            list.push(line);
+        }
+    }
+    if e.in_aspect.is_empty() && e.generated.is_empty() {
+        e.generated.push(err.lines().next().unwrap_or("clang-14 failed").to_string());
+    }
+    Ok(e)
 }
 
 /// What to weave into which process, and how: `bunkai flow weave`'s
@@ -264,7 +327,7 @@ fn connect_host(pid: u32) -> Result<bunkai_mod::proto::Host> {
     if !await_socket(pid) {
         bail!("{}", no_host(pid, &sock));
     }
-    bunkai_mod::proto::Host::connect(&sock).map_err(|e| {
+    let host = bunkai_mod::proto::Host::connect(&sock).map_err(|e| {
         if state_of(pid).map_or(true, |s| s == 'Z') {
             anyhow::anyhow!("process {pid} is gone: it ended while we connected (what was woven into it went with it)")
         } else if format!("{e:#}").contains("Connection refused") {
@@ -275,7 +338,17 @@ fn connect_host(pid: u32) -> Result<bunkai_mod::proto::Host> {
         } else {
             e
         }
-    })
+    })?;
+    // the socket named after pid is that process's own: not a socket left
+    // by a process that had the pid before, taken over by another listener
+    let listener = host.peer_pid()?;
+    if listener != pid {
+        bail!(
+            "{} is not process {pid}'s: process {listener} listens on it (a process that had pid {pid} before left it; nothing was sent)",
+            sock.display()
+        );
+    }
+    Ok(host)
 }
 
 /// The names of the modules loaded in a host.
@@ -299,14 +372,14 @@ fn build_module(a: &WeaveOptions, aspect: &Aspect, prog: &Program, bias: u64, mo
     let g = generate(aspect, prog, bias, module)?;
     let c = dir.join(if tag == 0 { format!("{module}.c") } else { format!("{module}.{tag}.c") });
     let o = c.with_extension("o");
-    std::fs::write(&c, &g.source)?;
+    std::fs::write(&c, g.named(&a.aspect.display().to_string(), &c.display().to_string()))?;
     let inc = bunkai_common::install::helper_libdir()?.join("include");
     // an xout's guard needs offsetof its header member, which a bitfield
     // has not: then those sleds are woven unguarded
     let no_field = std::cell::Cell::new(false);
     let compile_once = |extra: &[&str]| -> Result<std::process::Output> {
         let mut cc = std::process::Command::new("clang-14");
-        cc.args(["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"]).arg(format!("-I{}", inc.display()));
+        cc.args(["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"]).args(STRICT).arg(format!("-I{}", inc.display()));
         cc.args(extra);
         if a.no_guard {
             cc.arg("-DBKF_NO_GUARD__");

@@ -3,9 +3,13 @@
  * its workers would otherwise keep one socket, its parent's, whose command
  * thread does not exist in the children. pthread_atfork handlers:
  *   - prepare takes txn_lock (server.c), which the command thread holds
- *     while it serves a connection, so a fork waits for a load or unload in
- *     progress (at most FORK_WAIT_S) and the child never inherits half of
- *     one; then mod_lock and reg_lock, which program threads take for a
+ *     while it carries out a message, and from a connection's first
+ *     COMMIT or unload to its end (not while it waits for the next message
+ *     of a client that only staged memory), so a fork waits for a load or
+ *     unload in progress (at most FORK_WAIT_S) and the child never
+ *     inherits half of one; the child closes its copy of a connection in
+ *     service and undoes its copy of that session's staging (the parent
+ *     goes on with it); then mod_lock and reg_lock, which program threads take for a
  *     moment (bunkai_iface, bunkai_lookup), so the child never inherits
  *     one whose owner does not exist in it. A fork from a signal handler
  *     during a fork (glibc runs the handlers again) takes nothing more:
@@ -34,10 +38,10 @@
  * child has its own copy) and the table of them, so `bunkai mod list` in a
  * child shows what its parent had at the fork, and unloading there runs
  * the module's exit in the child only.
- * Rules: host.h. The child handler uses system calls and string copies
- * only, up to pthread_create, which glibc supports in a fork child (its
- * fork resets the allocator's and the thread list's locks before the child
- * handlers run). Processes started by posix_spawn or vfork run no handler;
+ * Rules: host.h. The child handler uses system calls, string copies,
+ * free (undoing a staging) and pthread_create, which glibc supports in a
+ * fork child (its fork resets the allocator's and the thread list's locks
+ * before the child handlers run; POSIX does not promise it). Processes started by posix_spawn or vfork run no handler;
  * with the preload in their environment they start a host at exec, as any
  * process does.
  */
@@ -165,6 +169,7 @@ static void child(void) {
     pthread_mutex_init(&reg_lock, NULL);
   }
   readers_after_fork();
+  serving_after_fork(had);
   if (listen_fd < 0 && !pending_host)
     return; /* no host here, none coming */
   if (listen_fd >= 0)

@@ -151,6 +151,7 @@
 #define command_thread __bunkai_host_command_thread
 #define fork_watch __bunkai_host_fork_watch
 #define readers_after_fork __bunkai_host_readers_after_fork
+#define serving_after_fork __bunkai_host_serving_after_fork
 #define same_socket __bunkai_host_same_socket
 
 #pragma GCC visibility push(hidden)
@@ -313,13 +314,14 @@ struct pending {
   uint64_t ino; /* the socket's inode: the program may close the number and reuse it */
 };
 extern int listen_fd;            /* -1: no host in this process */
-extern pthread_mutex_t txn_lock; /* held while a connection is served */
+extern pthread_mutex_t txn_lock; /* held while a message is carried out */
 extern struct pending pending[MAX_PENDING];
 extern int npending;
 int listen_on(const char *path);
 int same_socket(int fd, uint64_t ino); /* fd still names the socket of inode ino */
 int start_thread(void);
 void *command_thread(void *fd); /* serves the listening socket fd (an intptr_t) */
+void serving_after_fork(int consistent); /* a fork child: the parent's connection in service is not its own */
 
 /* ---- fork.c: a host in every fork child ---------------------------------- */
 

@@ -2,9 +2,12 @@
  * server.c - the command thread: bunkai_host_start makes the socket and
  * starts it; it admits connections, serves them one at a time once they
  * have sent something, and dispatches each message. Everything it does
- * after a poll returns holds txn_lock, which fork.c's prepare handler
- * takes, so a fork never copies a half-done transaction (or a locked
- * registry) into the child. Rules: host.h.
+ * after a poll returns holds txn_lock, except waiting for the next message
+ * of a client that has published nothing yet, and fork.c's prepare handler
+ * takes it, so a fork never copies a half-done message, half of what one
+ * connection publishes (or a locked registry) into the child, and a client
+ * stalled while it stages does not hold up the program's forks. Rules:
+ * host.h.
  */
 #include "host.h"
 
@@ -14,11 +17,35 @@
 static unsigned char *rbuf;
 static size_t rcap;
 
+/* The connection being served and its session, for a fork child to undo
+ * (serving_after_fork). Set and cleared under txn_lock. */
+static struct session *serving;
+static int serving_fd = -1;
+
+/* Called with txn_lock held, as handle() is. It gives the lock up while it
+ * waits for the client's next message, so that a client that stalls
+ * between messages holds up no fork of the program (fork.c's prepare waits
+ * for txn_lock), as long as the session has staged nothing but private
+ * memory: once it has published (a COMMIT, an unload), it keeps the lock
+ * to its end, so a fork child never sees half of what one connection
+ * changes (the evictions of a load without the modules that replace them).
+ * Each message is carried out under the lock, and the receive buffer grows
+ * under it, so a fork child sees the session and the buffer between two
+ * changes; the child forgets a descriptor received meanwhile
+ * (serving_after_fork). */
 static void serve(int fd) {
   struct session s = {.passed_fd = -1};
+  serving = &s;
+  serving_fd = fd;
+  int published = 0;
   for (;;) {
     uint32_t hdr[2];
-    if (read_full(fd, hdr, 4, &s.passed_fd))
+    if (!published)
+      pthread_mutex_unlock(&txn_lock);
+    int got = read_full(fd, hdr, 4, &s.passed_fd);
+    if (!published)
+      pthread_mutex_lock(&txn_lock);
+    if (got)
       break;
     if (hdr[0] < 4 || hdr[0] > MAX_MSG) {
       send_err(fd, "message of %u bytes refused", hdr[0]);
@@ -36,9 +63,15 @@ static void serve(int fd) {
       rcap = m.len + 1;
     }
     m.p = rbuf;
-    if (read_full(fd, &hdr[1], 4, &s.passed_fd) ||
-        (m.len && read_full(fd, m.p, m.len, &s.passed_fd)))
+    if (!published)
+      pthread_mutex_unlock(&txn_lock);
+    got = read_full(fd, &hdr[1], 4, &s.passed_fd) || (m.len && read_full(fd, m.p, m.len, &s.passed_fd));
+    if (!published)
+      pthread_mutex_lock(&txn_lock);
+    if (got)
       break;
+    if (hdr[1] == BUNKAI_MSG_COMMIT || hdr[1] == BUNKAI_MSG_UNLOAD || hdr[1] == BUNKAI_MSG_UNLOAD_NAME)
+      published = 1;
     int rc;
     switch (hdr[1]) {
     case BUNKAI_MSG_HELLO:
@@ -79,6 +112,28 @@ static void serve(int fd) {
   }
   /* Whatever this connection staged and did not commit goes away. */
   rollback(&s);
+  serving = NULL;
+  serving_fd = -1;
+}
+
+/* In a fork child: the connection the parent was serving is the parent's.
+ * The child closes its copy (set under the lock before the connection was
+ * served, so it is that connection's). When its prepare handler held
+ * txn_lock (`consistent`), the session was between two messages, and the
+ * child undoes its copy (its private copies of the staged memory); a
+ * descriptor the session received is left alone: it may have come in
+ * after the fork copied the descriptor table, and its number be free or
+ * another file's here (at worst the child keeps a memfd open). Otherwise
+ * the session may be half changed: forgotten, not undone. */
+void serving_after_fork(int consistent) {
+  if (serving && consistent) {
+    serving->passed_fd = -1;
+    rollback(serving);
+  }
+  if (serving_fd >= 0)
+    close(serving_fd);
+  serving = NULL;
+  serving_fd = -1;
 }
 
 int listen_fd = -1;

@@ -212,11 +212,28 @@ fn shuffle<T>(v: &mut [T], seed: &mut u64) {
 /// programs, frequency changes) over all items alike, instead of biasing
 /// whichever sizes happened to be measured then; the warm-up rounds let the
 /// allocators of both processes reach their steady state.
-fn measure_rounds(host: &TestHost, items: &[Item], rounds: usize, warmup: usize) -> Result<Vec<Measured>> {
+/// A bar on stderr, on a terminal only, for minutes of loads: what is
+/// measured, loads done of all, elapsed and left.
+fn loads_bar(what: &str, total: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(total);
+    b.set_style(
+        indicatif::ProgressStyle::with_template("  {msg} {bar:30} {pos}/{len} loads ({elapsed} so far, {eta} left)")
+            .expect("a valid template"),
+    );
+    b.set_message(what.to_string());
+    b
+}
+
+fn measure_rounds(host: &TestHost, items: &[Item], rounds: usize, warmup: usize, what: &str) -> Result<Vec<Measured>> {
     let mut per: Vec<Vec<(server::Stages, f64)>> = vec![Vec::new(); items.len()];
     let mut payload = vec![0; items.len()];
     let mut order: Vec<usize> = (0..items.len()).collect();
     let mut seed = 0x9e3779b97f4a7c15u64;
+    let bar = loads_bar(what, ((warmup + rounds) * items.len()) as u64);
     for round in 0..warmup + rounds {
         shuffle(&mut order, &mut seed);
         for &i in &order {
@@ -225,8 +242,10 @@ fn measure_rounds(host: &TestHost, items: &[Item], rounds: usize, warmup: usize)
             if round >= warmup {
                 per[i].push((s, u));
             }
+            bar.inc(1);
         }
     }
+    bar.finish_and_clear();
     Ok(per
         .iter()
         .zip(payload)
@@ -326,7 +345,7 @@ pub fn calibrate(quick: bool) -> Result<Model> {
     let host = TestHost::start(&["--jobs", "1", "--pace-us", "100000"])?;
     let dir = tempfile::tempdir()?;
     let (sizes, items) = calibration_items(dir.path(), quick)?;
-    let m = measure_rounds(&host, &items, if quick { QUICK_ROUNDS } else { ROUNDS }, WARMUP)?;
+    let m = measure_rounds(&host, &items, if quick { QUICK_ROUNDS } else { ROUNDS }, WARMUP, "calibrating")?;
     Ok(fit_model(&sizes, &m)?.model)
 }
 
@@ -362,7 +381,7 @@ pub fn bench(quick: bool, json: bool, markdown: Option<&Path>) -> Result<()> {
     }
     let pols = ["fifo", "rr", "prio", "edf"];
     let items: Vec<Item> = pols.iter().map(|p| Item { path: sched.join(format!("{p}.o")), copy: false }).collect();
-    let m1 = measure_rounds(&host, &items, reps, WARMUP)?;
+    let m1 = measure_rounds(&host, &items, reps, WARMUP, "Table 1")?;
     let mut t1: Vec<(String, server::Stages, f64, u64)> = Vec::new();
     for (p, m) in pols.iter().zip(m1) {
         eprintln!("bunkai mod: bench: {p}: load {:.0} us, unload {:.0} us", m.stages.total, m.unload);
@@ -413,7 +432,7 @@ pub fn bench(quick: bool, json: bool, markdown: Option<&Path>) -> Result<()> {
     items.push(Item { path: m250.clone(), copy: false });
     items.push(Item { path: m250, copy: true });
     let t = Instant::now();
-    let measured = measure_rounds(&host, &items, reps, WARMUP)?;
+    let measured = measure_rounds(&host, &items, reps, WARMUP, "measurement 2")?;
     let m2_secs = t.elapsed().as_secs_f64();
     let cal = fit_model(&sizes, &measured[..ncal])?;
     let mut errs = Vec::new();

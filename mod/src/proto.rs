@@ -213,8 +213,9 @@ pub fn running_hosts() -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// The uid of the process listening at the other end of `sock`.
-fn peer_uid(sock: &UnixStream) -> std::io::Result<u32> {
+/// Who listens at the other end of `sock` (SO_PEERCRED: the process that
+/// called listen, as it was then).
+fn peer_cred(sock: &UnixStream) -> std::io::Result<Ucred> {
     use std::os::fd::AsRawFd;
     let mut c = Ucred::default();
     let mut len = std::mem::size_of::<Ucred>() as u32;
@@ -222,7 +223,12 @@ fn peer_uid(sock: &UnixStream) -> std::io::Result<u32> {
     if unsafe { getsockopt(sock.as_raw_fd(), 1, 17, &mut c as *mut Ucred as *mut std::ffi::c_void, &mut len) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(c.uid)
+    Ok(c)
+}
+
+/// The uid of the process listening at the other end of `sock`.
+fn peer_uid(sock: &UnixStream) -> std::io::Result<u32> {
+    peer_cred(sock).map(|c| c.uid)
 }
 
 impl Host {
@@ -252,6 +258,13 @@ impl Host {
         sock.set_read_timeout(Some(Duration::from_secs(30)))?;
         sock.set_write_timeout(Some(Duration::from_secs(30)))?;
         Ok(Host { sock, path: path.to_path_buf() })
+    }
+
+    /// The pid of the process that listens on this host's socket (the
+    /// host's process: a fork child listens on a socket of its own).
+    pub fn peer_pid(&self) -> Result<u32> {
+        let c = peer_cred(&self.sock).with_context(|| format!("cannot check who listens on {}", self.path.display()))?;
+        Ok(c.pid as u32)
     }
 
     fn frame(t: Msg, body: &Out) -> Vec<u8> {

@@ -163,6 +163,7 @@ pub fn run(
                 }
                 let _ = feeder.join();
                 let status = child.wait()?;
+                bunkai_common::files::end_if_interrupted(&status);
                 if !status.success() && failures.lock().unwrap().is_empty() {
                     bail!("bunkai-lower exited with {status}");
                 }

@@ -74,6 +74,7 @@ pub fn run(cmd: &mut Command, what: &str) -> Result<()> {
         .status()
         .with_context(|| format!("cannot start {}", program_name(cmd)))?;
     if !status.success() {
+        bunkai_common::files::end_if_interrupted(&status);
         bail!("{what} failed ({} exited with {status})", program_name(cmd));
     }
     Ok(())
@@ -85,6 +86,7 @@ pub fn output(cmd: &mut Command) -> Result<(String, String)> {
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("cannot start {}", program_name(cmd)))?;
+    bunkai_common::files::end_if_interrupted(&out.status);
     Ok((
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

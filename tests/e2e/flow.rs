@@ -758,6 +758,10 @@ fn check_selects_join_points_and_refuses_bad_aspects() {
 /// five functions' entry join points recorded, its buffers (BUNKAI_FLOW_BUF
 /// buf) in dir/bufs: returns the program and the buffer directory.
 fn records_run(dir: &Path, n: usize, buf: &str) -> (PathBuf, PathBuf) {
+    records_run_with(dir, n, buf, &[])
+}
+
+fn records_run_with(dir: &Path, n: usize, buf: &str, env: &[(&str, &str)]) -> (PathBuf, PathBuf) {
     let exe = dir.join("records");
     flow_cc_with_runtime("records", &["-O2"], &exe);
     let jps = points(&exe);
@@ -773,9 +777,78 @@ fn records_run(dir: &Path, n: usize, buf: &str) -> (PathBuf, PathBuf) {
         .env("BUNKAI_FLOW_DIR", &bufs)
         .env("BUNKAI_FLOW_IDS", bufs.join("ids"))
         .env("BUNKAI_FLOW_BUF", buf)
+        .envs(env.iter().copied())
         .output_within(DEADLINE);
     assert!(out.status.success(), "{out:?}");
     (exe, bufs)
+}
+
+/// `bunkai ARGS` with its buffers in `bufs`, which must succeed.
+fn bunkai_in(bufs: &Path, args: &[&str]) -> std::process::Output {
+    let o = Command::new(bunkai()).args(args).env("BUNKAI_FLOW_DIR", bufs).output_within(DEADLINE);
+    assert!(o.status.success(), "bunkai {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+/// A process that exits with keys still in a flow table (objects that ended
+/// without their quit: records.c's RECORDS_LEAK leaves 3 clones' keys) gets
+/// a warning in `report` naming the table, the count and a key with its
+/// flow, and `live_at_exit` in --json; one that removed every key gets
+/// none; the runtime's record about it is no step of any flow. (The shared
+/// library writes it at exit; records links libbunkai-flow.so.)
+#[test]
+fn report_warns_of_keys_left_in_a_table_at_exit() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, bufs) = records_run_with(d.path(), 30, "1M", &[("RECORDS_LEAK", "3")]);
+    let text = String::from_utf8(bunkai_in(&bufs, &["flow", "report", "--all"]).stdout).unwrap();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(warnings[0].contains("exited with 3 keys still in flow table pktflow (key 0x") && warnings[0].contains("add a <quit>"), "{text}");
+    let v: Value = serde_json::from_slice(&bunkai_in(&bufs, &["flow", "report", "--all", "--json"]).stdout).unwrap();
+    let l = v["live_at_exit"].as_array().unwrap();
+    assert_eq!(l.len(), 1, "{v}");
+    assert_eq!((l[0]["table"].as_str(), l[0]["live"].as_u64()), (Some("pktflow"), Some(3)), "{v}");
+    assert_eq!(l[0]["sample"].as_array().unwrap().len(), 3, "{v}");
+    // the leaked clones' flows are flows like the others: 30 packets, 30 flows
+    assert_eq!(v["flows"].as_array().unwrap().len(), 30, "{v}");
+    let flows: Vec<&str> = v["flows"].as_array().unwrap().iter().map(|f| f["flow"].as_str().unwrap()).collect();
+    for s in l[0]["sample"].as_array().unwrap() {
+        assert!(flows.contains(&s["flow"].as_str().unwrap()), "{s} is not one of the flows");
+    }
+    // every key removed: no warning
+    let d2 = tempfile::tempdir().unwrap();
+    let (_, clean) = records_run(d2.path(), 30, "1M");
+    let text = String::from_utf8(bunkai_in(&clean, &["flow", "report", "--all"]).stdout).unwrap();
+    assert!(!text.contains("warning:"), "{text}");
+}
+
+/// Reading buffers shows a count of the bytes read on a terminal (here
+/// after 0 ms instead of a second, BUNKAI_PROGRESS_AFTER_MS), and nothing
+/// when stderr is not one, or under --json.
+#[test]
+fn report_shows_its_reading_on_a_terminal_only() {
+    let d = tempfile::tempdir().unwrap();
+    let (_, bufs) = records_run(d.path(), 30, "1M");
+    let report = format!("{} flow report --all > /dev/null", bunkai().display());
+    let tty = Command::new("script")
+        .args(["-qec", &report, "/dev/null"])
+        .env("BUNKAI_FLOW_DIR", &bufs)
+        .env("BUNKAI_PROGRESS_AFTER_MS", "0")
+        .output_within(DEADLINE);
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{shown}");
+    assert!(shown.contains("reading ") && shown.contains(" read ("), "no progress on a terminal: {shown:?}");
+    for json in [false, true] {
+        let mut c = Command::new(bunkai());
+        c.args(["flow", "report", "--all"]).env("BUNKAI_FLOW_DIR", &bufs).env("BUNKAI_PROGRESS_AFTER_MS", "0");
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output_within(DEADLINE);
+        assert!(o.status.success(), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains(" read ("), "progress on a pipe: {err:?}");
+    }
 }
 
 /// `bunkai flow dump` and `report` on the buffers of a real two-process
@@ -1587,6 +1660,41 @@ fn check_refuses_an_xin_field_wider_than_its_member() {
     let line = text.lines().position(|l| l.contains("<field name=\"flags\"")).unwrap() + 1;
     assert!(err.contains(&format!("wide.xml:{line}:")), "{err}");
     assert!(err.contains("field flags: bits 4..16 overflow netif_tx_request.flags, which is 16 bits wide"), "{err}");
+}
+
+/// `check --program` compiles the advice as weave would, and a C error in
+/// it is reported at the aspect's own line and column (the module's
+/// `#line` directives), not in a generated temp file; the generated code
+/// around it (xin/xout) is left unchecked without the header's struct, and
+/// check says so, and checks it with --cflags.
+#[test]
+fn check_reports_c_errors_at_the_aspects_line() {
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("packets");
+    flow_cc("packets", &["-O2"], &exe);
+    let text = std::fs::read_to_string(aspect("packets")).unwrap();
+    let bad = d.path().join("bad.xml");
+    std::fs::write(&bad, text.replace("STORE_DATA3($pc$, tsc, id);", "STORE_DATA3($pc$, tsc, idd);")).unwrap();
+    let line = text.lines().position(|l| l.contains("STORE_DATA3")).unwrap() + 1;
+    let (_, err) = bunkai_fails(&["flow", "check", bad.to_str().unwrap(), "--program", exe.to_str().unwrap()]);
+    one_line(&err);
+    assert!(err.contains(&format!("bad.xml:{line}:")), "{err}");
+    assert!(err.contains("use of undeclared identifier 'idd'"), "{err}");
+    // what weave compiles names the aspect's lines too
+    let c = String::from_utf8(bunkai_ok(&["flow", "emit", bad.to_str().unwrap(), "--program", exe.to_str().unwrap()]).stdout).unwrap();
+    let before = text.lines().position(|l| l.contains("<before>")).unwrap() + 1;
+    assert!(c.contains(&format!("#line {before} \"{}\"", bad.display())), "{c}");
+    // xin/xout: the header's struct comes from --cflags
+    let inc = format!("-I{}", program("flow").display());
+    let drv = d.path().join("splitdrv");
+    flow_cc("splitdrv", &["-O2", &inc], &drv);
+    let sd = aspect("splitdrv");
+    let o = bunkai_ok(&["flow", "check", sd.to_str().unwrap(), "--program", drv.to_str().unwrap()]);
+    let note = String::from_utf8_lossy(&o.stderr);
+    assert!(note.contains("was not compiled") && note.contains("--cflags"), "{note}");
+    let header = format!("-include {}", program("flow").join("splitdrv.h").display());
+    let o = bunkai_ok(&["flow", "check", sd.to_str().unwrap(), "--program", drv.to_str().unwrap(), "--cflags", &header]);
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// Every aspect the tests and benchmarks weave passes `bunkai flow check`

@@ -1169,6 +1169,76 @@ fn a_fork_child_unloads_while_a_parent_thread_is_in_a_call() {
     assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
 }
 
+/// A client that staged a module and went silent, its connection still
+/// open, holds up no fork of the program: the host gives up its lock while
+/// it waits for the next message of a client that has published nothing
+/// (before, the fork waited 5 s for it and the child got no host). The
+/// child undoes its copy of that session (its memory in use is the
+/// parent's before the staging), closes its copy of the connection, and
+/// answers; the parent's session goes on, and its staging goes when the
+/// client leaves.
+#[test]
+fn a_stalled_client_holds_up_no_fork() {
+    let mut h = ForkHost::start();
+    let before = Raw::connect(Path::new(&h.sock)).used();
+    let mut stalled = Raw::connect(Path::new(&h.sock));
+    stalled.stage(&ret_value(7));
+    let staged = stalled.used();
+    assert!(staged > before, "{staged} <= {before}");
+    let (_, child_sock) = h.fork("fork");
+    assert_ne!(child_sock, "none", "the fork child has no host: the fork waited for the stalled client");
+    assert_eq!(stalled.used(), staged, "the parent's session did not go on");
+    assert_eq!(Raw::connect(Path::new(&child_sock)).used(), before, "the child kept its copy of the parent's staging");
+    let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &child_sock, "--json"]).stdout).unwrap();
+    assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
+    // the parent ends the connection (a message too large): the client sees
+    // its end, which it would not while the child held a copy of it
+    stalled.s.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    stalled.reply().refusal("a message of 4 GiB");
+    assert!(matches!(stalled.reply(), Reply::Closed), "the connection stayed open after the parent closed it");
+    drop(stalled);
+    let t0 = Instant::now();
+    while Raw::connect(Path::new(&h.sock)).used() != before {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the parent kept the staging of a client that left");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `flow weave`/`unweave --pid P` talk to process P's own host only: a
+/// socket named P.sock in the default directory on which another process
+/// listens (one that had the pid before left it, and another took the
+/// name) is refused before anything is sent, naming the listener.
+#[test]
+fn a_socket_named_for_a_pid_but_held_by_another_process_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path().join("run");
+    std::fs::create_dir_all(xdg.join("bunkai-mod")).unwrap();
+    for d in [xdg.clone(), xdg.join("bunkai-mod")] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let sleeper = Command::new("sleep").arg("120").spawn().unwrap();
+    kill_after(&sleeper, DEADLINE, "sleep 120");
+    let _k = KillPids(vec![sleeper.id()]);
+    let p = sleeper.id();
+    let exe = build_host(dir.path());
+    let sock = xdg.join(format!("bunkai-mod/{p}.sock"));
+    let mut host = Command::new(&exe).arg(&sock).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    kill_after(&host, DEADLINE, "answer-host");
+    let _h = KillPids(vec![host.id()]);
+    let lines = stdout_lines(&mut host);
+    let l = lines.recv_timeout(Duration::from_secs(30)).expect("the test host printed nothing within 30 s");
+    assert!(l.starts_with("socket "), "{l}");
+    let o = Command::new(bunkai())
+        .args(["flow", "unweave", "--pid", &p.to_string(), "answer42"])
+        .env("XDG_RUNTIME_DIR", &xdg)
+        .output_within(DEADLINE);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains(&format!("is not process {p}'s: process {} listens on it", host.id())), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
 /// `bunkai flow unweave` on a forking host: the module goes from the
 /// parent, and a child of the same program whose host does not answer
 /// (its socket removed here) is named as not checked (`unchecked` in JSON),

@@ -480,6 +480,13 @@ fn info_calibrate_and_predict() {
     let intercept = fit["total"]["intercept"].as_f64().unwrap();
     assert!(slope > 0.0, "load time must grow with size: {fit}");
     assert_eq!(fit["points"], 5);
+    // on a terminal, its loads show as a bar (none on the pipe above)
+    assert!(!String::from_utf8_lossy(&o.stderr).contains(" loads ("), "a bar on a pipe");
+    let other = d.path().join("model-tty.json");
+    let cmd = format!("{} mod calibrate --quick --model {} >/dev/null", bunkai().display(), other.display());
+    let tty = Command::new("script").args(["-qec", &cmd, "/dev/null"]).output_within(DEADLINE);
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success() && shown.contains("calibrating") && shown.contains("/50 loads ("), "no bar on a terminal: {shown:?}");
 
     // predict applies that model to the module's code+data bytes.
     let o = bunkai_ok(&["mod", "predict", "--model", m, edf_s, "--json"]);

@@ -265,6 +265,45 @@ fn ctrl_c_exits_130_with_one_line() {
     }
 }
 
+/// Ctrl-C (SIGINT to the foreground group) while scatter compiles SQLite: its temporary
+/// directory goes, no output directory is left half-written, and the one
+/// line says so (the handler that removes directories replaces the plain
+/// one when scatter registers its temporary directory).
+#[test]
+fn ctrl_c_during_scatter_removes_the_unfinished_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let sq = sqlite_dir();
+    let mut args: Vec<String> = vec!["scatter".into(), "-o".into(), out.display().to_string(), "--name".into(), "sqlite3".into()];
+    args.push(sq.join("shell.c").display().to_string());
+    args.push(sq.join("sqlite3.c").display().to_string());
+    args.push("--".into());
+    args.extend(sqlite_flags());
+    args.push(format!("-I{}", sq.display()));
+    // a group of its own: Ctrl-C at a terminal signals the whole
+    // foreground group (scatter and the compilers it runs)
+    use std::os::unix::process::CommandExt;
+    let child = Command::new(bunkai()).args(&args).process_group(0).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    kill_after(&child, DEADLINE, "bunkai scatter (sqlite3)");
+    // its temporary directory beside the output, with files in it
+    let tmp = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".out.bunkai-tmp-")).collect()
+    };
+    let t0 = std::time::Instant::now();
+    while !tmp().iter().any(|t| std::fs::read_dir(t).map(|mut d| d.next().is_some()).unwrap_or(false)) {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(300), "scatter made no temporary directory within 300 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let st = Command::new("kill").args(["-INT", "--", &format!("-{}", child.id())]).status().unwrap();
+    assert!(st.success());
+    let o = finish_named(child, DEADLINE, "bunkai scatter (sqlite3)");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert_eq!(err.lines().last(), Some("bunkai scatter: interrupted; removed the unfinished output"), "{err}");
+    assert!(tmp().is_empty(), "the temporary directory is left: {:?}", tmp());
+    assert!(!out.exists(), "a half-written output directory is left");
+}
+
 /// What Ctrl-C sends.
 fn interrupt(child: &std::process::Child) {
     let st = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();

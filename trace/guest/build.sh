@@ -9,7 +9,11 @@
 #
 # Writes OUT/vmlinuz, OUT/System.map (the kernel's symbols: entry stubs and
 # the scheduler's switch for the trace), OUT/initrd.gz and OUT/manifest (what
-# went in, one path a line). Idempotent; the inputs are apt packages:
+# went in, one path a line). Debian's /boot/System.map is a stub (the real
+# one is in the -dbg package, about 1 GB), so System.map is the kernel's own
+# /proc/kallsyms, read by booting the guest once with nokaslr (the addresses
+# `bunkai trace record --system` boots it with) and bunkai.kallsyms, which
+# makes the init write it to the second serial port. Idempotent; the inputs are apt packages:
 # linux-image-amd64, busybox-static, apache2-bin, qemu-system-x86 (to run it).
 #
 # Run the guest (the host reaches Apache on 127.0.0.1:8080 only):
@@ -26,7 +30,6 @@ KVER=$(ls /lib/modules 2>/dev/null | grep -E '^[0-9].*-amd64$' | sort -V | tail 
   true
 [ -n "$KVER" ] && [ -e "/boot/vmlinuz-$KVER" ] ||
   die "no Debian kernel in /boot (install it: apt-get install linux-image-amd64)"
-[ -e "/boot/System.map-$KVER" ] || die "no /boot/System.map-$KVER (reinstall linux-image-$KVER)"
 [ -x /bin/busybox ] && ! readelf -l /bin/busybox 2>/dev/null | grep -q INTERP ||
   die "no static busybox (install it: apt-get install busybox-static)"
 command -v cpio >/dev/null || die "no cpio (install it: apt-get install cpio)"
@@ -66,6 +69,8 @@ copy_with_libs /usr/sbin/apache2 $(for m in $APACHE_MODS; do echo "$MODS/mod_$m.
 # The paper's page and CGI program (bench/trace/apache.py has them too).
 cp "$HERE/index.html" "$R/www/htdocs/index.html"
 cc -O2 -o "$R/www/cgi-bin/hello.cgi" "$HERE/hello.c"
+# A probe with known syscalls and page faults (tests/e2e/trace_system.rs).
+cc -O2 -o "$R/www/cgi-bin/probe.cgi" "$HERE/probe.c"
 copy_libs_of "$R/www/cgi-bin/hello.cgi"
 
 {
@@ -93,10 +98,18 @@ CONF
 printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' > "$R/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' > "$R/etc/group"
 cp "$HERE/init" "$R/init"
-chmod 755 "$R/init" "$R/www/cgi-bin/hello.cgi"
+chmod 755 "$R/init" "$R/www/cgi-bin/hello.cgi" "$R/www/cgi-bin/probe.cgi"
 
 (cd "$R" && find . | sort > "$STAGE/manifest" && find . | cpio -o -H newc --quiet | gzip -6 > "$STAGE/initrd.gz")
 cp "/boot/vmlinuz-$KVER" "$STAGE/vmlinuz"
-cp "/boot/System.map-$KVER" "$STAGE/System.map"
+# The symbols of the kernel as it runs (no KASLR), from one boot.
+timeout 300 qemu-system-x86_64 -accel tcg -m 512 -display none -no-reboot \
+  -kernel "$STAGE/vmlinuz" -initrd "$STAGE/initrd.gz" \
+  -append "console=ttyS0 quiet panic=-1 nokaslr bunkai.kallsyms" \
+  -serial "file:$STAGE/console" -serial "file:$STAGE/kallsyms" -net none </dev/null ||
+  die "booting the guest to read its kallsyms failed (console: $(tail -3 "$STAGE/console" 2>/dev/null))"
+grep -v '\[' "$STAGE/kallsyms" | tr -d '\r' > "$STAGE/System.map"
+grep -q ' entry_SYSCALL_64$' "$STAGE/System.map" ||
+  die "the guest's kallsyms has no entry_SYSCALL_64 (console: $(tail -3 "$STAGE/console" 2>/dev/null))"
 for f in vmlinuz System.map initrd.gz manifest; do mv "$STAGE/$f" "$OUT/$f"; done
 echo "trace/guest/build.sh: $OUT/initrd.gz ($(du -k "$OUT/initrd.gz" | cut -f1) KiB, $(wc -l < "$OUT/manifest") files), kernel $KVER"

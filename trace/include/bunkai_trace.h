@@ -32,7 +32,16 @@
  * A stream that exec'd also ends without BYE, and without CUT: its last
  * message is an EVENTS message holding only its BKT_EV_EXEC event.
  *
- * Version 1 files (no CUT chunks, a BYE of four fields) are still read.
+ * Version 1 files (no CUT chunks, a BYE of four fields) are still read;
+ * version 2 files are version 3 without its system-mode additions
+ * (BKT_F_SYSTEM, BKT_EV_TRAP, BKT_EV_ASID).
+ *
+ * System mode (`record --system`, the QEMU plugin in trace/qemu/): one
+ * stream for the whole machine inside the window. Its HELLO names the
+ * traced server; THREAD events name kernel tasks (small numbers, in order
+ * of first sight, not pids); SYSCALL events carry no arguments, result or
+ * duration (the plugin cannot read registers); segments are QEMU's
+ * translated blocks, as far as they ran.
  *
  * Sample (`xxd`, a trace of /bin/true, cut):
  *   00000000: 424b 5452 4143 4500 0100 0000 5b00 0000  BKTRACE.....[...
@@ -98,7 +107,7 @@
 #ifndef BUNKAI_TRACE_H
 #define BUNKAI_TRACE_H
 
-#define BKT_VERSION 2
+#define BKT_VERSION 3
 
 #define BKT_FILE_MAGIC "BKTRACE\0"
 #define BKT_CHUNK_MAGIC "BKCH"
@@ -119,6 +128,10 @@
 /* HELLO flags. */
 #define BKT_F_MEM 1        /* memory references recorded */
 #define BKT_F_BUFFERED 2   /* fixed in-memory buffer mode */
+#define BKT_F_SYSTEM 4     /* full system (the QEMU plugin, version 3): the
+                              stream is the whole machine inside the window;
+                              object "[kernel]" is the kernel, "[user]" user
+                              code outside the traced server's maps */
 
 /* Definition tags. */
 #define BKT_DEF_OBJECT 1
@@ -164,6 +177,15 @@
                              struck (0 unknown): the process ends by this
                              signal (a segment cut by it was recorded before,
                              as far as it ran, as a segment of its own) */
+
+#define BKT_EV_TRAP 16    /* v tid, v kind (BKT_TRAP_*), v func id of its
+                             entry stub (system mode, version 3) */
+#define BKT_EV_ASID 17    /* v tid: an address-space switch (CR3 load, at
+                             switch_mm_irqs_off; system mode, version 3) */
+
+/* Kinds of BKT_EV_TRAP. */
+#define BKT_TRAP_INTERRUPT 1 /* asm_common_interrupt, asm_sysvec_* */
+#define BKT_TRAP_EXCEPTION 2 /* asm_exc_* (page faults among them) */
 
 /* Why a window opened or closed. */
 #define BKT_WIN_START 0    /* recording starts open */

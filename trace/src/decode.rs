@@ -32,6 +32,7 @@ use std::path::Path;
 // Constants of bunkai_trace.h.
 pub const F_MEM: u64 = 1;
 pub const F_BUFFERED: u64 = 2;
+pub const F_SYSTEM: u64 = 4;
 
 pub const DEF_OBJECT: u64 = 1;
 pub const DEF_FUNC: u64 = 2;
@@ -63,6 +64,11 @@ pub const EV_THREAD_NEW: u64 = 12;
 pub const EV_THREAD_EXIT: u64 = 13;
 pub const EV_CTXSW: u64 = 14;
 pub const EV_FATAL: u64 = 15;
+pub const EV_TRAP: u64 = 16;
+pub const EV_ASID: u64 = 17;
+
+pub const TRAP_INTERRUPT: u64 = 1;
+pub const TRAP_EXCEPTION: u64 = 2;
 
 pub const CUT_PARTIAL: u64 = 1;
 pub const CUT_CLOSED: u64 = 2;
@@ -125,6 +131,15 @@ fn chunk_kind_name(kind: u8) -> &'static str {
         format::CHUNK_EVENTS => "EVENTS",
         format::CHUNK_CUT => "CUT",
         _ => "BYE",
+    }
+}
+
+/// "interrupt" or "exception" (a BKT_EV_TRAP's kind).
+pub fn trap_kind_name(kind: u64) -> &'static str {
+    match kind {
+        TRAP_INTERRUPT => "interrupt",
+        TRAP_EXCEPTION => "exception",
+        _ => "trap",
     }
 }
 
@@ -462,6 +477,11 @@ pub enum Event {
     CtxSw { voluntary: u64, involuntary: u64 },
     /// The process ends by this signal; `addr` is the instruction it struck (0 unknown).
     Fatal { tid: u64, signo: u64, addr: u64 },
+    /// System mode: an interrupt or exception (`kind`: TRAP_*) entered at
+    /// the entry stub `func` (a function id of the stream).
+    Trap { tid: u64, kind: u64, func: u64 },
+    /// System mode: an address-space switch (a CR3 load).
+    Asid { tid: u64 },
 }
 
 /// One record handed to a visitor.
@@ -898,6 +918,8 @@ fn parse_event(tag: u64, c: &mut Cursor) -> Result<Event, DecErr> {
         EV_THREAD_EXIT => Event::ThreadExit { tid: c.v()? },
         EV_CTXSW => Event::CtxSw { voluntary: c.v()?, involuntary: c.v()? },
         EV_FATAL => Event::Fatal { tid: c.v()?, signo: c.v()?, addr: c.v()? },
+        EV_TRAP => Event::Trap { tid: c.v()?, kind: c.v()?, func: c.v()? },
+        EV_ASID => Event::Asid { tid: c.v()? },
         _ => return Err(DecErr::Msg(format!("unknown event tag {tag}"))),
     })
 }

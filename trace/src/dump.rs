@@ -28,6 +28,9 @@ pub struct DumpOptions {
     /// Also definitions: each stream's objects and functions, and each
     /// segment's definition the first time it runs
     pub defs: bool,
+    /// Only the events (syscalls, interrupts, window, ...), no segment
+    /// executions
+    pub events: bool,
 }
 
 /// x86-64 syscalls: number, name, arguments; the common ones.
@@ -187,6 +190,7 @@ pub fn dump<W: Write>(trace: &Trace, o: &DumpOptions, w: &mut W) -> Result<()> {
         }
         let st = &trace.streams[pos.stream];
         let r = match item {
+            Item::Exec { .. } if o.events => return ControlFlow::Continue(()),
             Item::Exec { seg, seg_pos, addrs } => {
                 n += 1;
                 let first = !std::mem::replace(&mut seen[pos.stream][seg_pos], true);
@@ -529,6 +533,13 @@ fn event_text<W: Write>(st: &Stream, pos: &Pos, ev: &Event, w: &mut W) -> std::i
         Event::CtxSw { voluntary, involuntary } => {
             writeln!(w, "context switches so far: {voluntary} voluntary, {involuntary} involuntary")
         }
+        Event::Trap { tid, kind, func } => writeln!(
+            w,
+            "{} {} (task {tid})",
+            decode::trap_kind_name(*kind),
+            st.func_name(*func)
+        ),
+        Event::Asid { tid } => writeln!(w, "address-space switch (task {tid})"),
     }
 }
 
@@ -545,6 +556,10 @@ fn event_json<W: Write>(st: &Stream, pos: &Pos, ev: &Event, w: &mut W) -> std::i
     }
     if let Event::Signal { signo, .. } | Event::Fatal { signo, .. } = ev {
         v["signal"] = json!(decode::signal_name(*signo));
+    }
+    if let Event::Trap { kind, func, .. } = ev {
+        v["kind_name"] = json!(decode::trap_kind_name(*kind));
+        v["stub"] = json!(st.func_name(*func));
     }
     writeln!(w, "{v}")
 }

@@ -4,6 +4,8 @@
 //!
 //! - `format`: the trace file (chunks, checksums, varints).
 //! - `record`: runs a command under the tool and writes the trace.
+//! - `system`: `record --system`: the guest under QEMU with the plugin of
+//!   trace/qemu/, one request recorded, kernel included.
 //! - `symbols`: checks a window's function names against the program's
 //!   symbols before it runs.
 //! - `decode`: loads a trace and walks its records; every tool below uses
@@ -23,6 +25,7 @@ pub mod pages;
 pub mod record;
 pub mod report;
 pub mod symbols;
+pub mod system;
 pub mod testutil;
 #[cfg(test)]
 mod tests;

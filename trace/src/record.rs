@@ -197,22 +197,22 @@ fn valgrind_command(
 
 /// One message from the tool, compressed, on its way to the writer.
 pub(crate) struct Msg {
-    stream: u32,
-    kind: u8,
-    raw_len: usize,
-    compressed: Option<Vec<u8>>,
-    raw: Vec<u8>,
+    pub(crate) stream: u32,
+    pub(crate) kind: u8,
+    pub(crate) raw_len: usize,
+    pub(crate) compressed: Option<Vec<u8>>,
+    pub(crate) raw: Vec<u8>,
 }
 
 /// What the connections saw, for the summary.
 #[derive(Default)]
 pub(crate) struct Totals {
-    streams: AtomicU32,
-    byes: AtomicU32,
-    instructions: AtomicU64,
-    memrefs: AtomicU64,
-    dropped: AtomicU64,
-    dropped_instructions: AtomicU64,
+    pub(crate) streams: AtomicU32,
+    pub(crate) byes: AtomicU32,
+    pub(crate) instructions: AtomicU64,
+    pub(crate) memrefs: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) dropped_instructions: AtomicU64,
 }
 
 /// How one connection ended.
@@ -569,7 +569,7 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
 /// the temporary directory, and the unfinished trace beside the output.
 /// Both carry the recorder's pid, so a later recorder can tell whether the
 /// one that made them is still alive.
-const DIR_PREFIX: &str = "bunkai-trace-";
+pub(crate) const DIR_PREFIX: &str = "bunkai-trace-";
 pub(crate) const TEMP_PREFIX: &str = ".bunkai-trace-";
 
 /// Removes the socket directories (in `tmp`) and unfinished traces (in

@@ -18,9 +18,13 @@ pub struct CheckArgs {
     /// One JSON document: the pointcuts and the join points each selects
     #[arg(long)]
     pub json: bool,
+    /// Extra flags for compiling the advice, as `weave --cflags` (e.g. -I
+    /// and -include for the header structs xin/xout write)
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    pub cflags: Option<String>,
 }
 
 pub fn run(a: CheckArgs) -> Result<ExitCode> {
-    let CheckArgs { aspect, programs, json } = a;
-    check::run(&CheckOptions { aspect, programs, json })
+    let CheckArgs { aspect, programs, json, cflags } = a;
+    check::run(&CheckOptions { aspect, programs, json, cflags })
 }

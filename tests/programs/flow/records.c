@@ -11,7 +11,8 @@
  * a pipe (xin_move: the packet leaves the flow) to a back end (a child
  * process), which registers it for its own packet (xout_move) and frees it
  * (quit). The parent frees the clones (quit). At each step the ID's record
- * is STORE_DATA2(len, id). Prints what it did, one line per process. */
+ * is STORE_DATA2(len, id). Prints what it did, one line per process.
+ * RECORDS_LEAK=K leaves the last K clones' keys in the table at exit. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +112,14 @@ int main(int argc, char **argv) {
     front_send(fds[1], p);
   }
   close(fds[1]);
-  for (int k = 0; k < nc; k++) pkt_free(clones[k]);
+  /* RECORDS_LEAK=K: the last K clones end without their quit (their keys
+   * stay in the table, as an aspect without a <quit> leaves them) */
+  const char *leak = getenv("RECORDS_LEAK");
+  int keep = leak ? atoi(leak) : 0;
+  for (int k = 0; k < nc; k++) {
+    if (k >= nc - keep) continue;
+    pkt_free(clones[k]);
+  }
   int st;
   waitpid(child, &st, 0);
   printf("front end: %d packets, %d clones\n", n, nc);

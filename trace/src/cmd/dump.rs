@@ -28,11 +28,15 @@ pub struct DumpArgs {
     /// segment's definition the first time it runs
     #[arg(long)]
     pub defs: bool,
+    /// Only the events (syscalls, interrupts, exceptions, the window, ...),
+    /// without the segment executions
+    #[arg(long, conflicts_with = "lackey")]
+    pub events: bool,
 }
 
 pub fn run(a: DumpArgs) -> Result<ExitCode> {
-    let DumpArgs { file, json, lackey, stream, limit, defs } = a;
+    let DumpArgs { file, json, lackey, stream, limit, defs, events } = a;
     let trace = Trace::load(&file)?;
-    decode::to_stdout(|w| dump(&trace, &DumpOptions { json, lackey, stream, limit, defs }, w))?;
+    decode::to_stdout(|w| dump(&trace, &DumpOptions { json, lackey, stream, limit, defs, events }, w))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -21,7 +21,9 @@ Examples:\n  \
   # the first openat after main, to the close of that file:\n  \
   bunkai trace record -o open.bkt --start-func main --start-syscall openat --stop-at-close -- ./prog\n  \
   # a function of a library loaded with dlopen, or of a program the command execs:\n  \
-  bunkai trace record -o m.bkt --start-func php_execute_script@libphp8.2.so -- apache2 -X\n\n\
+  bunkai trace record -o m.bkt --start-func php_execute_script@libphp8.2.so -- apache2 -X\n  \
+  # the whole machine (kernel and Apache) for one request (make guest first):\n  \
+  bunkai trace record --system --guest build/guest --get /index.html -o sys.bkt\n\n\
 A function name is checked against the program and the libraries it links before anything \
 runs (a stripped program names only what it exports; main is not among them).")]
 pub struct RecordArgs {
@@ -79,16 +81,46 @@ pub struct RecordArgs {
     /// Explain what is being done (the Valgrind command, each stream)
     #[arg(short, long)]
     pub verbose: bool,
-    /// The command to trace, after `--`
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "COMMAND")]
+    /// Full system: boot the guest of `make guest` (Debian's kernel, Apache)
+    /// under QEMU's TCG with bunkai's plugin and record one HTTP request
+    /// from Apache's accept to its close of the connection, kernel included
+    /// (no COMMAND; see docs/trace.md); with --start-syscall and
+    /// --stop-syscall, from the return of the first start syscall to the same
+    /// task's return from the stop syscall instead
+    #[arg(long, conflicts_with_all = ["stop_at_close", "start_func", "stop_func", "skip", "max", "objects", "buffer", "no_children"])]
+    pub system: bool,
+    /// With --system: the guest directory (vmlinuz, initrd.gz, System.map)
+    #[arg(long, value_name = "DIR", default_value = "build/guest", requires = "system")]
+    pub guest: PathBuf,
+    /// With --system: the path of the request (an HTTP/1.0 GET through
+    /// QEMU's user network on 127.0.0.1)
+    #[arg(long, value_name = "PATH", default_value = "/index.html", requires = "system")]
+    pub get: String,
+    /// With --system: send N requests of the same path first, unrecorded
+    /// (a warm server and warm translations; default: the first request)
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "system")]
+    pub warmup: u32,
+    /// With --system: seconds the guest may take to boot
+    #[arg(long, value_name = "S", default_value_t = 300, requires = "system")]
+    pub boot_timeout: u64,
+    /// With --system: seconds from the request to the window's close
+    #[arg(long, value_name = "S", default_value_t = 300, requires = "system")]
+    pub timeout: u64,
+    /// The command to trace, after `--` (none with --system)
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required_unless_present = "system", conflicts_with = "system", value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
 pub fn run(a: RecordArgs) -> Result<ExitCode> {
     let RecordArgs {
         output, start_syscall, stop_syscall, stop_at_close, start_func, stop_func, skip, max, objects, no_mem,
-        buffer, no_children, level, json, verbose, command,
+        buffer, no_children, level, json, verbose, system, guest, get, warmup, boot_timeout, timeout, command,
     } = a;
+    if system {
+        return crate::system::run(&crate::system::SystemOptions {
+            output, guest, get, warmup, no_mem, level, json, verbose, boot_timeout, timeout, start_syscall, stop_syscall,
+        });
+    }
     record::run(&RecordOptions {
         output, start_syscall, stop_syscall, stop_at_close, start_func, stop_func, skip, max, objects, no_mem,
         buffer, no_children, level, json, verbose, command,

@@ -6,6 +6,9 @@ use super::*;
 // ---------------------------------------------------------------------------
 // Components
 
+/// The object name the QEMU plugin gives the kernel (system mode).
+pub const KERNEL_OBJECT: &str = "[kernel]";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
@@ -44,6 +47,8 @@ impl Components {
                     return c;
                 }
                 let (name, kind) = match st.objects.get(&obj) {
+                    // System mode: the kernel is a component of its own.
+                    Some(o) if o.name == KERNEL_OBJECT => ("kernel".to_string(), Kind::Kernel),
                     Some(o) if st.is_program(o) => (basename(&o.name).to_string(), Kind::Program),
                     Some(o) => (basename(&o.name).to_string(), Kind::Library),
                     None => (st.object_name(obj), Kind::Library),
@@ -104,6 +109,17 @@ pub struct StreamCounts {
     pub ctxsw_last: Option<u64>,
     /// The stream ended with BKT_EV_EXEC.
     pub exec: bool,
+    /// System mode: address-space switches (BKT_EV_ASID).
+    pub asids: u64,
+    /// System mode: entry stub name -> (kind, count) of BKT_EV_TRAP.
+    pub traps: BTreeMap<String, (u64, u64)>,
+    /// System mode: the task (thread id) running when the window opened:
+    /// the traced server's.
+    pub server_task: Option<u64>,
+    /// System mode: kernel instructions run by the server's task, and by
+    /// all others (idle, kernel threads, other processes).
+    pub kernel_server: u64,
+    pub kernel_other: u64,
 }
 
 impl StreamCounts {
@@ -146,6 +162,14 @@ pub fn analyze(trace: &Trace) -> Result<Analysis> {
         })
         .collect();
     let mut execs: Vec<Vec<u64>> = trace.streams.iter().map(|s| vec![0u64; s.segs.len()]).collect();
+    // System mode: kernel instructions of each segment, to split them by task.
+    let kernel_comp = comps.list.iter().position(|c| c.kind == Kind::Kernel).map(|c| c as u32);
+    let kernel_insns: Vec<Vec<u64>> = comps
+        .insn
+        .iter()
+        .map(|st| st.iter().map(|seg| seg.iter().filter(|&&c| Some(c) == kernel_comp).count() as u64).collect())
+        .collect();
+    let mut window_open = vec![false; trace.streams.len()];
 
     // The (stream, component, page) of the last data reference and how
     // many references in a row fell on it.
@@ -157,6 +181,15 @@ pub fn analyze(trace: &Trace) -> Result<Analysis> {
         match item {
             Item::Exec { seg_pos, addrs, .. } => {
                 execs[s][seg_pos] += 1;
+                let k = kernel_insns[s][seg_pos];
+                if k > 0 {
+                    let sc = &mut counts[s];
+                    if sc.server_task.is_some() && sc.server_task == Some(pos.tid) {
+                        sc.kernel_server += k;
+                    } else {
+                        sc.kernel_other += k;
+                    }
+                }
                 if !addrs.is_empty() {
                     let acc = &comps.acc[s][seg_pos];
                     for (&a, &c) in addrs.iter().zip(acc) {
@@ -189,6 +222,13 @@ pub fn analyze(trace: &Trace) -> Result<Analysis> {
                         sc.ctxsw_last = Some(n);
                     }
                     Event::Exec { .. } => sc.exec = true,
+                    Event::Asid { .. } => sc.asids += 1,
+                    Event::Window { open, .. } => window_open[s] = *open,
+                    Event::Thread { tid } if window_open[s] && sc.server_task.is_none() => sc.server_task = Some(*tid),
+                    Event::Trap { kind, func, .. } => {
+                        let name = trace.streams[s].func_name(*func).to_string();
+                        sc.traps.entry(name).or_insert((*kind, 0)).1 += 1;
+                    }
                     _ => {}
                 }
             }

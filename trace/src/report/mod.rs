@@ -14,6 +14,10 @@
 //! time spent in them instead of instructions and pages. Pages are 4 KiB
 //! and counted per address space (each stream is one; a forked child or an
 //! exec'd image counts its pages again, as the paper's CR3 would).
+//! In a system trace (`record --system`) the kernel is measured like the
+//! rest: object "[kernel]" is the component "kernel", with instructions,
+//! pages and references; interrupts and exceptions are counted by entry
+//! stub and address-space switches are the CR3 loads the plugin saw.
 //!
 //! Speed: a segment execution only bumps a counter (its instructions'
 //! pages are expanded from the static definition at the end); a memory
@@ -28,7 +32,7 @@ use crate::decode::{basename, Event, Item, Trace, NOT_PERFORMED};
 use anyhow::{Context, Result};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::Instant;

@@ -129,7 +129,14 @@ impl Report {
             .iter()
             .map(|c| vec![label(c), opt(c.instructions), format!("{:.1}%", c.percent.unwrap_or(0.0))])
             .collect();
-        if let Some(k) = kernel {
+        if let (Some(k), true) = (kernel, self.system) {
+            rows.push(vec![
+                "kernel".into(),
+                opt(k.instructions),
+                format!("{:.1}%", k.percent.unwrap_or(0.0)),
+                format!("{} syscalls", commas(k.syscalls.unwrap_or(0))),
+            ]);
+        } else if let Some(k) = kernel {
             rows.push(vec![
                 "kernel".into(),
                 "n/a".into(),
@@ -141,14 +148,18 @@ impl Report {
                 ),
             ]);
         }
-        rows.push(vec!["total (user mode)".into(), commas(self.total_instructions), "100.0%".into()]);
+        let total = if self.system { "total (kernel and user mode)" } else { "total (user mode)" };
+        rows.push(vec![total.into(), commas(self.total_instructions), "100.0%".into()]);
         o += &table(&["component", "instructions", "percent", ""], &rows);
-        o += &wrap("note: ", KERNEL_NOTE);
+        o += &wrap("note: ", kernel.and_then(|k| k.note.as_deref()).unwrap_or(KERNEL_NOTE));
 
         o += "\nTable 2: pages used per component, 4 KiB pages (the paper's Tables 2 and 5)\n";
         let mut rows: Vec<Vec<String>> =
             with_libs().iter().map(|c| vec![label(c), opt(c.code_pages), opt(c.data_pages)]).collect();
-        rows.push(vec!["kernel".into(), "n/a".into(), "n/a".into()]);
+        match kernel {
+            Some(k) if self.system => rows.push(vec!["kernel".into(), opt(k.code_pages), opt(k.data_pages)]),
+            _ => rows.push(vec!["kernel".into(), "n/a".into(), "n/a".into()]),
+        }
         o += &table(&["component", "instruction pages", "data pages"], &rows);
 
         o += "\nTable 3: references per page, min / max / mean (the paper's Tables 3 and 6)\n";
@@ -161,8 +172,30 @@ impl Report {
                 r
             })
             .collect();
-        rows.push(["kernel", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"].iter().map(|s| s.to_string()).collect());
+        match kernel {
+            Some(k) if self.system => {
+                let mut r = vec!["kernel".to_string()];
+                r.extend(stats(&k.code_refs, k.code_pages));
+                r.extend(stats(&k.data_refs, k.data_pages));
+                rows.push(r);
+            }
+            _ => rows.push(["kernel", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"].iter().map(|s| s.to_string()).collect()),
+        }
         o += &table(&["component", "instr min", "instr max", "instr mean", "data min", "data max", "data mean"], &rows);
+        if self.system {
+            o += "
+Interrupts and exceptions by entry stub (system mode)
+";
+            let rows: Vec<Vec<String>> =
+                self.traps.iter().map(|t| vec![t.stub.clone(), t.kind.clone(), commas(t.count)]).collect();
+            o += &table(&["entry stub", "kind", "count"], &rows);
+            o += &format!("  address-space switches (CR3 loads): {}\n", commas(self.address_space_switches));
+            o += &format!(
+                "  kernel instructions by task: {} in the server's task, {} in other tasks (idle loop, kernel threads, other processes)\n",
+                commas(self.kernel_server_task),
+                commas(self.kernel_other_tasks)
+            );
+        }
 
         let e = &self.estimate;
         o += &format!("\n§4 estimate: TLB misses and switches of a TURU-style tracer on {}\n", e.cpu.name);

@@ -94,6 +94,15 @@ pub struct Report {
     /// between the first and the last BKT_EV_CTXSW of the stream.
     pub address_space_switches: u64,
     pub address_space_switches_note: String,
+    /// A full-system trace (`record --system`): the kernel is measured.
+    pub system: bool,
+    /// System mode: interrupts and exceptions by entry stub, most first.
+    pub traps: Vec<TrapRow>,
+    /// System mode: kernel instructions run by the traced server's task
+    /// (its syscalls, faults, and interrupts that struck it), and by other
+    /// tasks inside the window (idle loop, kernel threads, other processes).
+    pub kernel_server_task: u64,
+    pub kernel_other_tasks: u64,
     pub estimate: Estimate,
     /// Instructions + memory references decoded.
     pub records: u64,
@@ -101,6 +110,15 @@ pub struct Report {
     pub seconds: f64,
     pub records_per_second: f64,
     pub warnings: Vec<String>,
+}
+
+/// Interrupts or exceptions entered at one stub (system mode).
+#[derive(Debug, Clone, Serialize)]
+pub struct TrapRow {
+    pub stub: String,
+    /// "interrupt" or "exception".
+    pub kind: String,
+    pub count: u64,
 }
 
 /// Options of the §4 estimate.
@@ -114,6 +132,10 @@ pub(super) const LIBS_TOTAL: &str = "shared libraries (total)";
 pub(super) const KERNEL_NOTE: &str = "Valgrind runs the program on a simulated CPU in user mode and cannot see \
 kernel instructions or pages; the kernel row gives the syscalls and the time spent in them instead \
 (measured under Valgrind, so slower than native).";
+pub(super) const KERNEL_SYSTEM_NOTE: &str = "full system (QEMU TCG): kernel instructions, pages and \
+references as recorded; syscalls counted at their handlers (no durations: the plugin reads no registers).";
+pub(super) const SWITCH_SYSTEM_NOTE: &str = "switch_mm_irqs_off reached (the kernel \
+loads CR3 there), as the paper counted CR3 changes";
 pub(super) const SWITCH_NOTE: &str = "context switches measured under Valgrind (voluntary + involuntary, \
 /proc/self/status), summed over the streams; the paper counted CR3 changes";
 
@@ -205,6 +227,12 @@ pub fn report_from(trace: &Trace, a: &Analysis, opts: &ReportOptions) -> Report 
     let syscalls: u64 = a.streams.iter().map(|s| s.syscalls).sum();
     let syscall_ns: u64 = a.streams.iter().map(|s| s.syscall_ns).fold(0, u64::saturating_add);
     let syscall_seconds = syscall_ns as f64 / 1e9;
+    let system = trace.streams.iter().any(|s| s.hello.flags & crate::decode::F_SYSTEM != 0);
+    if let Some(k) = components.iter_mut().find(|r| r.kind == Kind::Kernel) {
+        // Measured (system mode): the syscalls beside the instructions.
+        k.syscalls = Some(syscalls);
+        k.note = Some(KERNEL_SYSTEM_NOTE.into());
+    } else {
     components.push(ComponentRow {
         name: "kernel".into(),
         kind: Kind::Kernel,
@@ -218,7 +246,20 @@ pub fn report_from(trace: &Trace, a: &Analysis, opts: &ReportOptions) -> Report 
         syscall_seconds: Some(syscall_seconds),
         note: Some(KERNEL_NOTE.into()),
     });
-    let address_space_switches: u64 = a.streams.iter().filter_map(|s| s.context_switches()).sum();
+    }
+    let address_space_switches: u64 = if system {
+        a.streams.iter().map(|s| s.asids).sum()
+    } else {
+        a.streams.iter().filter_map(|s| s.context_switches()).sum()
+    };
+    let mut traps: BTreeMap<String, (String, u64)> = BTreeMap::new();
+    for sc in &a.streams {
+        for (name, (kind, n)) in &sc.traps {
+            traps.entry(name.clone()).or_insert((crate::decode::trap_kind_name(*kind).to_string(), 0)).1 += n;
+        }
+    }
+    let mut traps: Vec<TrapRow> = traps.into_iter().map(|(stub, (kind, count))| TrapRow { stub, kind, count }).collect();
+    traps.sort_by(|x, y| (std::cmp::Reverse(x.count), &x.stub).cmp(&(std::cmp::Reverse(y.count), &y.stub)));
 
     let mut warnings = Vec::new();
     let mut streams = Vec::new();
@@ -281,11 +322,22 @@ pub fn report_from(trace: &Trace, a: &Analysis, opts: &ReportOptions) -> Report 
 
     // §4: pages as the paper sums them (programs + the libraries as one).
     let (mut code_pages, mut data_pages) = (0u64, 0u64);
-    for r in components.iter().filter(|r| r.kind == Kind::Program).chain([&shared_libraries_total]) {
+    // A system trace adds the kernel's pages (measured there).
+    for r in components
+        .iter()
+        .filter(|r| r.kind == Kind::Program || (system && r.kind == Kind::Kernel))
+        .chain([&shared_libraries_total])
+    {
         code_pages += r.code_pages.unwrap_or(0);
         data_pages += r.data_pages.unwrap_or(0);
     }
-    let estimate = estimate(&opts.cpu, opts, total, code_pages, data_pages, syscalls, address_space_switches);
+    let mut estimate = estimate(&opts.cpu, opts, total, code_pages, data_pages, syscalls, address_space_switches);
+    if system {
+        estimate.cycles_source = estimate
+            .cycles_source
+            .replace("user-mode instructions", "instructions (kernel and user mode)")
+            .replace(" (kernel instructions not included; give --cycles or --seconds)", "");
+    }
     let records = a.records();
     Report {
         trace: trace.file.path.display().to_string(),
@@ -297,7 +349,11 @@ pub fn report_from(trace: &Trace, a: &Analysis, opts: &ReportOptions) -> Report 
         syscalls,
         syscall_seconds,
         address_space_switches,
-        address_space_switches_note: SWITCH_NOTE.into(),
+        address_space_switches_note: if system { SWITCH_SYSTEM_NOTE.into() } else { SWITCH_NOTE.into() },
+        system,
+        traps,
+        kernel_server_task: a.streams.iter().map(|s| s.kernel_server).sum(),
+        kernel_other_tasks: a.streams.iter().map(|s| s.kernel_other).sum(),
         estimate,
         records,
         seconds: a.seconds,

@@ -1,0 +1,139 @@
+//! `bunkai trace record --system` (issue 22): the guest of trace/guest/
+//! boots under QEMU's TCG with the plugin of trace/qemu/, one HTML request
+//! is recorded from Apache's accept to its close of the connection, and the
+//! readers see the kernel as a component of its own: kernel instructions
+//! inside the window, named by kernel function, Apache's syscalls, user
+//! instructions in apache2, and a truncated system trace is a one-line
+//! error.
+
+use bunkai_e2e::*;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn run(args: &[&str], limit: Duration) -> Behaviour {
+    let mut c = Command::new(bunkai());
+    c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let what = describe(&c);
+    let child = c.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
+    behaviour(finish(child, limit).0)
+}
+
+/// Without a guest, or with a command, `record --system` says so in one
+/// line before anything runs.
+#[test]
+fn a_missing_guest_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.bkt");
+    let r = run(&["trace", "record", "--system", "--guest", "/nonexistent-guest", "-o", out.to_str().unwrap()], Duration::from_secs(60));
+    assert_ne!(r.code, Some(0));
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].starts_with("bunkai trace: no vmlinuz") && lines[0].contains("make guest"), "{}", lines[0]);
+    assert!(!out.exists());
+    let r = run(&["trace", "record", "--system", "-o", out.to_str().unwrap(), "--", "/bin/true"], Duration::from_secs(60));
+    assert_ne!(r.code, Some(0), "{}", r.stderr);
+}
+
+#[test]
+fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
+    let dir = tempfile::tempdir().unwrap();
+    let guest = dir.path().join("guest");
+    let mut b = Command::new("bash");
+    b.arg(root().join("trace/guest/build.sh")).arg(&guest).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let built = finish(b.spawn().unwrap(), Duration::from_secs(600)).0;
+    assert!(built.status.success(), "trace/guest/build.sh: {}", String::from_utf8_lossy(&built.stderr));
+    // The real symbols, not Debian's stub.
+    let map = std::fs::read_to_string(guest.join("System.map")).unwrap();
+    assert!(map.lines().any(|l| l.ends_with(" entry_SYSCALL_64")), "System.map: {}", &map[..map.len().min(300)]);
+
+    let trace = dir.path().join("sys.bkt");
+    let (t, g) = (trace.to_str().unwrap(), guest.to_str().unwrap());
+    let r = run(&["trace", "record", "--system", "--guest", g, "--get", "/index.html", "--json", "-o", t], Duration::from_secs(900));
+    assert_eq!(r.code, Some(0), "record --system failed:\n{}", r.stderr);
+    let summary: serde_json::Value = serde_json::from_str(r.stderr.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("no JSON summary ({e}):\n{}", r.stderr));
+    eprintln!("record --system: {summary}");
+    assert!(summary["http_status"].as_str().unwrap().contains(" 200"), "{summary}");
+    assert_eq!(summary["response_bytes"].as_u64().unwrap(), std::fs::metadata(root().join("trace/guest/index.html")).unwrap().len());
+    assert_eq!(summary["window_closed"], true, "the window did not close at Apache's close: {summary}");
+    let instr = summary["instructions"].as_u64().unwrap();
+    let kernel = summary["kernel_instructions"].as_u64().unwrap();
+    assert!(kernel > 1000 && kernel < instr, "kernel {kernel} of {instr} instructions");
+    assert!(summary["memory_references"].as_u64().unwrap() > instr / 10, "{summary}");
+    assert!(summary["address_space_switches"].as_u64().is_some());
+
+    // report: the kernel is measured, apache2 is the program.
+    let r = run(&["trace", "report", "--json", t], Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "report: {}", r.stderr);
+    let rep: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(rep["system"], true);
+    let comps = rep["components"].as_array().unwrap();
+    let k = comps.iter().find(|c| c["kind"] == "kernel").expect("a kernel component");
+    assert_eq!(k["instructions"].as_u64().unwrap(), kernel, "{k}");
+    assert!(k["code_pages"].as_u64().unwrap() > 10 && k["data_pages"].as_u64().unwrap() > 10, "{k}");
+    let prog = comps.iter().find(|c| c["kind"] == "program").unwrap_or_else(|| panic!("no program component: {comps:?}"));
+    assert_eq!(prog["name"], "apache2");
+    assert!(prog["instructions"].as_u64().unwrap() > 100, "{prog}");
+    assert_eq!(rep["total_instructions"].as_u64().unwrap(), instr);
+
+    // dump: Apache's syscalls inside the window, by name.
+    let r = run(&["trace", "dump", "--json", "--events", t], Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "dump: {}", r.stderr);
+    let names: Vec<String> = r
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "syscall")
+        .map(|v| v["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    for want in ["read", "close"] {
+        assert!(names.iter().any(|n| n == want), "no {want} syscall in the window: {names:?}");
+    }
+    assert!(names.iter().any(|n| n == "writev" || n == "sendfile" || n == "write"), "no write of the answer: {names:?}");
+    assert_eq!(names.last().map(String::as_str), Some("close"), "the window ends at a close: {names:?}");
+
+    // calls: kernel functions by name.
+    let r = run(&["trace", "calls", t], Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "calls: {}", r.stderr);
+    for f in ["__x64_sys_close", "tcp_sendmsg"] {
+        assert!(r.stdout.contains(f), "calls names no {f}:\n{}", &r.stdout[..r.stdout.len().min(3000)]);
+    }
+
+    // A window on a program's own syscalls (trace/guest/probe.c): exactly
+    // its mmap, five writes and the closing getpid, at least its 16 page
+    // faults, all in its task, and kernel work between them.
+    let probe = dir.path().join("probe.bkt");
+    let p = probe.to_str().unwrap();
+    let r = run(
+        &["trace", "record", "--system", "--guest", g, "--get", "/cgi-bin/probe.cgi", "--start-syscall", "getppid",
+          "--stop-syscall", "getpid", "--json", "-o", p],
+        Duration::from_secs(900),
+    );
+    assert_eq!(r.code, Some(0), "record --system (probe) failed:\n{}", r.stderr);
+    let summary: serde_json::Value = serde_json::from_str(r.stderr.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(summary["window_closed"], true, "{summary}");
+    let r = run(&["trace", "dump", "--json", "--events", p], Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "dump: {}", r.stderr);
+    let events: Vec<serde_json::Value> = r.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).filter(|v: &serde_json::Value| v["type"] == "event").collect();
+    let task = events.iter().find(|v| v["event"] == "thread").map(|v| v["tid"].clone()).expect("a thread event at the window's start");
+    let calls: Vec<&str> = events.iter().filter(|v| v["event"] == "syscall").map(|v| v["name"].as_str().unwrap_or("")).collect();
+    assert_eq!(calls, ["mmap", "write", "write", "write", "write", "write", "getpid"], "{events:?}");
+    assert!(events.iter().filter(|v| v["event"] == "syscall").all(|v| v["tid"] == task), "{events:?}");
+    let faults = events.iter().filter(|v| v["event"] == "trap" && v["stub"] == "asm_exc_page_fault" && v["tid"] == task).count();
+    assert!(faults >= 16, "{faults} page faults in the probe's task: {events:?}");
+    let r = run(&["trace", "calls", p], Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "calls: {}", r.stderr);
+    for f in ["__x64_sys_mmap", "__x64_sys_write", "handle_mm_fault"] {
+        assert!(r.stdout.contains(f), "calls names no {f} in the probe's window");
+    }
+
+    // A truncated system trace: one line, the offset named, non-zero exit.
+    let cut = dir.path().join("cut.bkt");
+    let bytes = std::fs::read(&trace).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let r = run(&["trace", "report", cut.to_str().unwrap()], Duration::from_secs(60));
+    assert_ne!(r.code, Some(0), "{}", r.stderr);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].starts_with("bunkai trace: ") && lines[0].contains("truncated"), "{}", lines[0]);
+}
