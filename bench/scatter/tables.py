@@ -65,6 +65,26 @@ THRESHOLDS = (32, 64, 128)
 GROUP_ORDER = (32, 128, 64)
 
 
+
+def forget_groups(w, outs):
+    """Each scattered output's groups.map removed: the run measures it per
+    function (a later group run writes the map again)."""
+    for k in outs:
+        m = json.load(open(w(k, "manifest.json")))
+        gm = os.path.join(w(k), m["libdir"], "groups.map")
+        if os.path.exists(gm):
+            os.unlink(gm)
+
+
+def bench_db(w):
+    """The benchmark's database file, and a function that removes it."""
+    db = w(f"bunkai-bench-{os.getpid()}.db")
+
+    def rm_db():
+        if os.path.exists(db):
+            os.unlink(db)
+    return db, rm_db
+
 def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
 
@@ -137,16 +157,8 @@ def steady(a):
         if not os.path.exists(exe):
             sh(["clang-14", *cf, os.path.join(SQLITE, "shell.c"), f"-L{d}", "-lsqlite3",
                 f"-Wl,-rpath,{d}", "-o", exe])
-    for k in ("sqlite3", "libsqlite3", "demo2"):
-        m = json.load(open(w(k, "manifest.json")))
-        gm = os.path.join(w(k), m["libdir"], "groups.map")
-        if os.path.exists(gm):
-            os.unlink(gm)
-    db = w(f"bunkai-bench-{os.getpid()}.db")
-
-    def rm_db():
-        if os.path.exists(db):
-            os.unlink(db)
+    forget_groups(w, ("sqlite3", "libsqlite3", "demo2"))
+    db, rm_db = bench_db(w)
 
     init_sh = os.path.join(PROGS, "sqlite/workload-init.sh")
     query = os.path.join(PROGS, "sqlite/workload-query.sql")
@@ -252,18 +264,10 @@ def main():
     # One library per function, as in the paper: an output grouped by an
     # earlier run is put back to per-function mode (the grouping below
     # writes the map again).
-    for _, k in rows:
-        m = json.load(open(w(k, "manifest.json")))
-        gm = os.path.join(w(k), m["libdir"], "groups.map")
-        if os.path.exists(gm):
-            os.unlink(gm)
+    forget_groups(w, [k for _, k in rows])
     # The database file lives on disk, as in the paper: SQLite3-query's 1,000
     # autocommit inserts each sync the file (the paper's 34 s).
-    db = w(f"bunkai-bench-{os.getpid()}.db")
-
-    def rm_db():
-        if os.path.exists(db):
-            os.unlink(db)
+    db, rm_db = bench_db(w)
 
     init_sh = os.path.join(PROGS, "sqlite/workload-init.sh")
     query = os.path.join(PROGS, "sqlite/workload-query.sql")

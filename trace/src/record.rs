@@ -233,6 +233,20 @@ pub(crate) struct ConnEnd {
 
 /// Whether an EVENTS payload is one EXEC event and nothing else (what the
 /// tool sends last before an exec).
+/// The thread that writes the streams' chunks into the trace file, in the
+/// order they come (both recorders: Valgrind's and the system mode's); it
+/// gives the writer back when every sender is gone.
+pub(crate) fn spawn_writer(mut writer: Writer) -> (mpsc::SyncSender<Msg>, std::thread::JoinHandle<Result<Writer>>) {
+    let (tx, rx) = mpsc::sync_channel::<Msg>(64);
+    let t = std::thread::spawn(move || -> Result<Writer> {
+        for m in rx {
+            writer.chunk_stored(m.kind, m.stream, m.raw_len, m.compressed.as_deref(), &m.raw)?;
+        }
+        Ok(writer)
+    });
+    (tx, t)
+}
+
 fn only_exec(raw: &[u8]) -> bool {
     let mut c = format::Cursor::new(raw);
     c.v().ok() == Some((crate::decode::EV_EXEC << 1) | 1) && c.s().is_ok() && c.done()
@@ -377,7 +391,7 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
         "children": !a.no_children,
         "started_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
     });
-    let mut writer = Writer::create(&a.output, &meta, a.level)
+    let writer = Writer::create(&a.output, &meta, a.level)
         .with_context(|| format!("cannot write {}", a.output.display()))?;
     let unfinished = vec![writer.temp_path().to_path_buf(), dir.path().to_path_buf()];
     if a.verbose {
@@ -409,15 +423,9 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
         });
     }
 
-    let (tx, rx) = mpsc::sync_channel::<Msg>(64);
+    let (tx, writer_thread) = spawn_writer(writer);
     let totals = Arc::new(Totals::default());
     let next_stream = Arc::new(AtomicU32::new(1));
-    let writer_thread = std::thread::spawn(move || -> Result<Writer> {
-        for m in rx {
-            writer.chunk_stored(m.kind, m.stream, m.raw_len, m.compressed.as_deref(), &m.raw)?;
-        }
-        Ok(writer)
-    });
 
     // Accept connections until the command has exited and every stream has
     // ended; streams of processes that outlive the command get a grace period.

@@ -244,7 +244,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
             Ok(())
         });
     }
-    let mut writer = Writer::create(&o.output, &meta, o.level).with_context(|| format!("cannot write {}", o.output.display()))?;
+    let writer = Writer::create(&o.output, &meta, o.level).with_context(|| format!("cannot write {}", o.output.display()))?;
     let t0 = Instant::now();
     let mut child = q.spawn().context("cannot start qemu-system-x86_64 (install it: scripts/install-deps.sh)")?;
     let stderr = child.stderr.take().unwrap();
@@ -277,15 +277,9 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     };
     conn.set_nonblocking(false)?;
     let conn_ctl = conn.try_clone()?;
-    let (tx, rx) = mpsc::sync_channel::<Msg>(64);
+    let (tx, writer_thread) = crate::record::spawn_writer(writer);
     let totals = Arc::new(Totals::default());
     let next_stream = Arc::new(AtomicU32::new(1));
-    let writer_thread = std::thread::spawn(move || -> Result<Writer> {
-        for m in rx {
-            writer.chunk_stored(m.kind, m.stream, m.raw_len, m.compressed.as_deref(), &m.raw)?;
-        }
-        Ok(writer)
-    });
     let conn_thread = {
         let (tx, ns, tot, level, verbose) = (tx.clone(), next_stream.clone(), totals.clone(), o.level, o.verbose);
         std::thread::spawn(move || serve_conn(conn, &ns, tx, level, &tot, verbose))
