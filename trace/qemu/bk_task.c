@@ -158,6 +158,21 @@ static void bk_window_event(int open, uint64_t reason)
     bk_put_v(&bk_events, bk_instr);
 }
 
+/* Opens the window in task t: HELLO with the traced process's maps, the
+ * objects, the window event, the thread. */
+static void bk_open_window(bk_task *t)
+{
+    uint64_t pid = bk_objects_load_maps(bk_maps_path);
+    bk_hello(pid);
+    bk_objects_define_base();
+    bk_win_task = t;
+    bk_rec = 1;
+    bk_open_ns = bk_now_ns();
+    bk_last_tid = 0;
+    bk_window_event(1, BKT_WIN_SYSCALL);
+    bk_thread_event();
+}
+
 int bk_task_return_to_user(void)
 {
     bk_task *t = bk_cur;
@@ -168,15 +183,7 @@ int bk_task_return_to_user(void)
         /* The window on a program's own syscalls: from the return of the
          * first start syscall to the same task's return from the stop one. */
         if (!bk_rec && !bk_win_done && t->sys == bk_start_sys) {
-            uint64_t pid = bk_objects_load_maps(bk_maps_path);
-            bk_hello(pid);
-            bk_objects_define_base();
-            bk_win_task = t;
-            bk_rec = 1;
-            bk_open_ns = bk_now_ns();
-            bk_last_tid = 0;
-            bk_window_event(1, BKT_WIN_SYSCALL);
-            bk_thread_event();
+            bk_open_window(t);
         } else if (bk_rec && t == bk_win_task && t->sys == bk_stop_sys) {
             bk_window_event(0, BKT_WIN_SYSCALL);
             bk_task_end();
@@ -192,16 +199,7 @@ int bk_task_return_to_user(void)
         bk_skipping = 0;
         bk_skip--;
     } else if (!bk_rec && !bk_win_done && !bk_skipping && (t->sys == 43 || t->sys == 288)) {
-        /* Open: HELLO, the objects, the window event. */
-        uint64_t pid = bk_objects_load_maps(bk_maps_path);
-        bk_hello(pid);
-        bk_objects_define_base();
-        bk_win_task = t;
-        bk_rec = 1;
-        bk_open_ns = bk_now_ns();
-        bk_last_tid = 0;
-        bk_window_event(1, BKT_WIN_SYSCALL);
-        bk_thread_event();
+        bk_open_window(t);
     } else if (bk_rec && t == bk_win_task && t->sys == 3 && t->sock_closed) {
         bk_window_event(0, BKT_WIN_CLOSE_FD);
         bk_task_end();
