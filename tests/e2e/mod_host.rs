@@ -1071,6 +1071,26 @@ extern "C" {
     fn geteuid() -> u32;
 }
 
+/// FORK_HOST_C built in `dir`, linked with libbunkai-host.a.
+fn build_fork_host(dir: &Path) -> PathBuf {
+    let c = dir.join("fork-host.c");
+    std::fs::write(&c, FORK_HOST_C).unwrap();
+    let exe = dir.join("fork-host");
+    let inc = format!("-I{}", root().join("mod/include").display());
+    let lib = lib_dir().join("libbunkai-host.a");
+    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+    exe
+}
+
+/// A new directory only its owner may use (mode 0700), as the host wants
+/// its socket directory and XDG_RUNTIME_DIR.
+fn private_dir(p: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir(p).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
+    p.to_path_buf()
+}
+
 /// Processes killed when the test ends, also by a failed assertion: a
 /// forking host's children are not ours, and hold our output open.
 struct KillPids(Vec<u32>);
@@ -1098,18 +1118,10 @@ struct ForkHost {
 
 impl ForkHost {
     fn start() -> ForkHost {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let c = dir.path().join("fork-host.c");
-        std::fs::write(&c, FORK_HOST_C).unwrap();
-        let exe = dir.path().join("fork-host");
-        let inc = format!("-I{}", root().join("mod/include").display());
-        let lib = lib_dir().join("libbunkai-host.a");
-        clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+        let exe = build_fork_host(dir.path());
         let module = compile_module(ANSWER42, "answer42", dir.path());
-        let xdg = dir.path().join("run");
-        std::fs::create_dir(&xdg).unwrap();
-        std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let xdg = private_dir(&dir.path().join("run"));
         let mut host = Command::new(&exe)
             .env("XDG_RUNTIME_DIR", &xdg)
             .env_remove("BUNKAI_HOST_SOCKET")
@@ -1210,13 +1222,9 @@ fn a_stalled_client_holds_up_no_fork() {
 /// name) is refused before anything is sent, naming the listener.
 #[test]
 fn a_socket_named_for_a_pid_but_held_by_another_process_is_refused() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let xdg = dir.path().join("run");
-    std::fs::create_dir_all(xdg.join("bunkai-mod")).unwrap();
-    for d in [xdg.clone(), xdg.join("bunkai-mod")] {
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
-    }
+    let xdg = private_dir(&dir.path().join("run"));
+    private_dir(&xdg.join("bunkai-mod"));
     let sleeper = Command::new("sleep").arg("120").spawn().unwrap();
     kill_after(&sleeper, DEADLINE, "sleep 120");
     let _k = KillPids(vec![sleeper.id()]);
@@ -1269,19 +1277,11 @@ fn unweave_names_a_child_it_could_not_check() {
 /// child that exits at once (_exit) leaves no socket behind.
 #[test]
 fn a_fork_child_gets_a_host_of_its_own() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let c = dir.path().join("fork-host.c");
-    std::fs::write(&c, FORK_HOST_C).unwrap();
-    let exe = dir.path().join("fork-host");
-    let inc = format!("-I{}", root().join("mod/include").display());
-    let lib = lib_dir().join("libbunkai-host.a");
-    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
+    let exe = build_fork_host(dir.path());
     let module = compile_module(ANSWER42, "answer42", dir.path());
     // the default directory: $XDG_RUNTIME_DIR/bunkai-mod, a private one here
-    let xdg = dir.path().join("run");
-    std::fs::create_dir(&xdg).unwrap();
-    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let xdg = private_dir(&dir.path().join("run"));
     for explicit in [false, true] {
         let mut cmd = Command::new(&exe);
         if explicit {
@@ -1368,16 +1368,9 @@ fn a_users_fork_child_gets_its_host_late_and_a_quick_one_none() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let c = dir.path().join("fork-host.c");
-    std::fs::write(&c, FORK_HOST_C).unwrap();
-    let exe = dir.path().join("fork-host");
-    let inc = format!("-I{}", root().join("mod/include").display());
-    let lib = lib_dir().join("libbunkai-host.a");
-    clang(&["-O1", &inc, c.to_str().unwrap(), lib.to_str().unwrap(), "-lpthread", "-ldl", "-o", exe.to_str().unwrap()], "the forking host");
-    let xdg = dir.path().join("run");
-    std::fs::create_dir(&xdg).unwrap();
+    let exe = build_fork_host(dir.path());
+    let xdg = private_dir(&dir.path().join("run"));
     std::os::unix::fs::chown(&xdg, Some(65534), Some(65534)).unwrap();
-    std::fs::set_permissions(&xdg, std::fs::Permissions::from_mode(0o700)).unwrap();
     let mut host = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&exe)
