@@ -66,6 +66,21 @@ GROUP_ORDER = (32, 128, 64)
 
 
 
+def lib_shells(w):
+    """SQLite's shell linked against the original libsqlite3.so and against
+    the scattered one (--lib), each with its rpath; built once."""
+    shell_o, shell_s = w("shell-lib-orig"), w("shell-lib-scat")
+    libdir_s, libdir_o = w("libsqlite3", "lib"), w("libsqlite3-orig")
+    os.makedirs(libdir_o, exist_ok=True)
+    shutil.copy(w("libsqlite3", "original", "libsqlite3.so"), os.path.join(libdir_o, "libsqlite3.so"))
+    cf = open(os.path.join(SQLITE, "cflags.txt")).read().split() + [f"-I{SQLITE}"]
+    for exe, d in ((shell_o, libdir_o), (shell_s, libdir_s)):
+        if not os.path.exists(exe):
+            sh(["clang-14", *cf, os.path.join(SQLITE, "shell.c"), f"-L{d}", "-lsqlite3",
+                f"-Wl,-rpath,{d}", "-o", exe])
+    return shell_o, shell_s
+
+
 def forget_groups(w, outs):
     """Each scattered output's groups.map removed: the run measures it per
     function (a later group run writes the map again)."""
@@ -148,15 +163,7 @@ def steady(a):
             sq_flags, ["--name", "sqlite3"])
     scatter(w("libsqlite3"), [os.path.join(SQLITE, "sqlite3.c")], sq_flags,
             ["--lib", "--name", "sqlite3"])
-    shell_o, shell_s = w("shell-lib-orig"), w("shell-lib-scat")
-    libdir_s, libdir_o = w("libsqlite3", "lib"), w("libsqlite3-orig")
-    os.makedirs(libdir_o, exist_ok=True)
-    shutil.copy(w("libsqlite3", "original", "libsqlite3.so"), os.path.join(libdir_o, "libsqlite3.so"))
-    cf = open(os.path.join(SQLITE, "cflags.txt")).read().split() + [f"-I{SQLITE}"]
-    for exe, d in ((shell_o, libdir_o), (shell_s, libdir_s)):
-        if not os.path.exists(exe):
-            sh(["clang-14", *cf, os.path.join(SQLITE, "shell.c"), f"-L{d}", "-lsqlite3",
-                f"-Wl,-rpath,{d}", "-o", exe])
+    shell_o, shell_s = lib_shells(w)
     forget_groups(w, ("sqlite3", "libsqlite3", "demo2"))
     db, rm_db = bench_db(w)
 
@@ -248,17 +255,7 @@ def main():
     st = {k: stats(w(k)) for _, k in rows}
 
     # The shell linked against the original and against the scattered library.
-    shell_o = w("shell-lib-orig")
-    shell_s = w("shell-lib-scat")
-    libdir_s = w("libsqlite3", "lib")
-    libdir_o = w("libsqlite3-orig")
-    os.makedirs(libdir_o, exist_ok=True)
-    shutil.copy(w("libsqlite3", "original", "libsqlite3.so"), os.path.join(libdir_o, "libsqlite3.so"))
-    cf = open(os.path.join(SQLITE, "cflags.txt")).read().split() + [f"-I{SQLITE}"]
-    for exe, d in ((shell_o, libdir_o), (shell_s, libdir_s)):
-        if not os.path.exists(exe):
-            sh(["clang-14", *cf, os.path.join(SQLITE, "shell.c"), f"-L{d}", "-lsqlite3",
-                f"-Wl,-rpath,{d}", "-o", exe])
+    shell_o, shell_s = lib_shells(w)
 
     # --- run times (Table 5) ------------------------------------------------
     # One library per function, as in the paper: an output grouped by an
