@@ -47,7 +47,7 @@ pub struct InterruptCleanup(PathBuf);
 
 pub fn remove_on_interrupt(dir: &Path) -> InterruptCleanup {
     IN_PROGRESS.lock().unwrap().push(dir.to_path_buf());
-    if let Some(who) = *WHO.lock().unwrap() {
+    if let Some(who) = WHO.get() {
         cleaning_handler(who);
     }
     InterruptCleanup(dir.to_path_buf())
@@ -55,7 +55,7 @@ pub fn remove_on_interrupt(dir: &Path) -> InterruptCleanup {
 
 /// The command's name for the interrupt line, once install_interrupt_cleanup
 /// has run.
-static WHO: Mutex<Option<&'static str>> = Mutex::new(None);
+static WHO: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
 static CLEANING: std::sync::Once = std::sync::Once::new();
 /// The interrupt line of a command with nothing to clean up, written by
 /// the plain handler (a signal handler may only write and exit).
@@ -75,7 +75,7 @@ impl Drop for InterruptCleanup {
 /// removes the registered directories first (an interrupted run leaves
 /// nothing half-written behind).
 pub fn install_interrupt_cleanup(who: &'static str) {
-    *WHO.lock().unwrap() = Some(who);
+    let _ = WHO.set(who);
     if !IN_PROGRESS.lock().unwrap().is_empty() {
         cleaning_handler(who);
         return;
@@ -155,8 +155,7 @@ pub fn yield_to_interrupt() {
 pub fn end_if_interrupted(status: &std::process::ExitStatus) {
     use std::os::unix::process::ExitStatusExt;
     if matches!(status.signal(), Some(SIGINT) | Some(SIGTERM)) {
-        let who = WHO.lock().map(|w| w.unwrap_or("")).unwrap_or("");
-        interrupted(if who.is_empty() { "" } else { who });
+        interrupted(WHO.get().copied().unwrap_or(""));
     }
 }
 
