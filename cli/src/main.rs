@@ -308,7 +308,7 @@ fn parse() -> Result<Cli, clap::Error> {
                 }
             }
             // `bunkai --version`: what the whole tree would print
-            Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion && !first.chars().all(char::is_alphabetic) => {
+            Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion && matches!(first, "--version" | "-V") => {
                 return Err(e)
             }
             Err(_) => {}
