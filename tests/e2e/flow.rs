@@ -1324,6 +1324,26 @@ fn start_memcached(exe: &Path, port: u16, weavable_bufs: Option<&Path>) -> Serve
 }
 
 
+/// Polls `flow report` (deadline 20 s) until `n` flows in `bufs` have
+/// reached resp_finish: the client has its reply once the worker's write
+/// is done, and the worker releases the reply only after that.
+fn mc_flows_finished(bufs: &Path, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let o = Command::new(bunkai()).args(["flow", "report", "--all", "--json"]).env("BUNKAI_FLOW_DIR", bufs).output_within(DEADLINE);
+        let done = serde_json::from_slice::<Value>(&o.stdout).ok().map_or(0, |rep| {
+            rep["flows"].as_array().map_or(0, |fs| {
+                fs.iter().filter(|f| f["steps"].as_array().and_then(|s| s.last()).and_then(|s| s["function"].as_str()) == Some("resp_finish")).count()
+            })
+        });
+        if done >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{done} of {n} memcached flows reached resp_finish within 20 s: {o:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn memcaslap(port: u16, ops: u32) -> String {
     let o = Command::new("memcaslap")
         .args(["-s", &format!("127.0.0.1:{port}"), "-T", "1", "-c", "8", "-x", &ops.to_string()])
@@ -1369,6 +1389,9 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     let (sleds, guarded) = (n(" sleds ("), n(" guarded)"));
     assert!(guarded > 0 && guarded < sleds, "{out}");
     assert_eq!(mc_session(port), want, "woven");
+    // the worker writes the reply before it releases it: wait for each
+    // request's resp_finish before unweaving, or the last one's is cut off
+    mc_flows_finished(&bufs, MC_SESSION.len());
     bunkai_ok(&["flow", "unweave", "--pid", &pid]);
     // the same in JSON, for scripts
     let o = bunkai_ok(&["flow", "weave", "--no-guard", "--json", "--pid", &pid, asp.to_str().unwrap()]);
@@ -1378,6 +1401,7 @@ fn memcached_requests_are_followed_from_read_buffer_to_reply() {
     assert_eq!(w["pid"].as_u64(), Some(srv.0.id() as u64), "{w}");
     let module = w["woven"].as_str().unwrap().to_string();
     assert_eq!(mc_session(port), want, "woven without guards");
+    mc_flows_finished(&bufs, 2 * MC_SESSION.len());
     let o = bunkai_ok(&["flow", "unweave", "--json", "--pid", &pid]);
     let u: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("unweave --json: {e}: {o:?}"));
     assert_eq!(u["unwoven"].as_str(), Some(module.as_str()), "{u}");
