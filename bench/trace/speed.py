@@ -17,6 +17,7 @@ Writes bench/results/trace.md.
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -55,16 +56,28 @@ def make_inputs(work, quick):
     return tpath, spath
 
 
-def timed(cmd, stdout=subprocess.DEVNULL, reps=1, prep=None):
-    ts = []
+def children_cpu():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
+def timed(cmd, stdout=subprocess.DEVNULL, reps=1, prep=None, cpu=False):
+    """Median wall time (and, with cpu=True, median CPU time: user + system
+    of the command and everything it started, which other work on a shared
+    machine does not inflate the way it inflates wall time)."""
+    ts, cs = [], []
     for _ in range(reps):
         if prep:
             prep()
+        c = children_cpu()
         t = time.perf_counter()
         r = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE)
         ts.append(time.perf_counter() - t)
+        cs.append(children_cpu() - c)
         if r.returncode != 0:
             raise SystemExit(f"bench-trace: {' '.join(cmd)} failed: {r.stderr.decode()[-300:]}")
+    if cpu:
+        return statistics.median(ts), statistics.median(cs), r
     return statistics.median(ts), r
 
 
@@ -87,12 +100,17 @@ def main():
         ("sqlite3", ["sqlite3", db, f".read {sql}"], fresh_db),
     ]
     # Valgrind's fixed start-up (a trivial program under each tool).
-    t_start, _ = timed([BUNKAI, "trace", "record", "-o", os.path.join(args.work, "true.bkt"), "--", "/bin/true"], reps=3)
+    t_start, c_start, _ = timed([BUNKAI, "trace", "record", "-o", os.path.join(args.work, "true.bkt"), "--", "/bin/true"], reps=3, cpu=True)
+    # Valgrind alone: the same run without instrumentation, superblocks cut
+    # at every jump as the recorder cuts them.
+    NONE = ["valgrind", "--tool=none", "-q", "--vex-guest-chase=no"]
+    t_nstart, c_nstart, _ = timed(NONE + ["/bin/true"], reps=3, cpu=True)
     rows = []
     for name, cmd, prep in workloads:
-        native, _ = timed(cmd, reps=3, prep=prep)
+        native, c_native, _ = timed(cmd, reps=3, prep=prep, cpu=True)
+        t_none, c_none, _ = timed(NONE + cmd, reps=3, prep=prep, cpu=True)
         trace = os.path.join(args.work, "t.bkt")
-        t_ours, r = timed([BUNKAI, "trace", "record", "-o", trace, "--json", "--", *cmd], prep=prep)
+        t_ours, c_ours, r = timed([BUNKAI, "trace", "record", "-o", trace, "--json", "--", *cmd], reps=3, prep=prep, cpu=True)
         rec = json.loads([l for l in r.stderr.decode().split("\n") if l.startswith("{")][-1])
         lk = os.path.join(args.work, "lackey.txt")
         t_lk, _ = timed(["valgrind", "--tool=lackey", "--trace-mem=yes", f"--log-file={lk}", *cmd], prep=prep)
@@ -106,6 +124,7 @@ def main():
             "instructions": rec["instructions"], "memrefs": rec["memory_references"],
             "bytes": rec["bytes"], "lackey_bytes": lk_bytes, "report": t_rep,
             "report_inner": rep.get("seconds"), "records": records, "startup": t_start,
+            "c_native": c_native, "t_none": t_none, "c_none": c_none, "c_ours": c_ours,
         })
         log(f"{name}: native {native:.3f} s, bunkai {t_ours:.2f} s, lackey {t_lk:.2f} s, "
             f"{rec['bytes'] / rec['instructions']:.3f} B/instr, report {records / t_rep / 1e6:.1f} M rec/s")
@@ -129,6 +148,22 @@ def main():
                "the program's debug information); the \"less start-up\" column subtracts it. The aim of ≤ 20x native holds "
                "for the instrumented code when that column is ≤ 20.")
     out.append("")
+    out.append("Where the time goes: Valgrind alone (`valgrind --tool=none --vex-guest-chase=no`, no instrumentation, "
+               "superblocks cut at every jump as the recorder cuts them) runs the same command in the same run. CPU is user + "
+               "system time of all the processes of one run (Valgrind and the recorder), the median of 3 like the wall times "
+               "here; unlike wall time, other work on the machine does not inflate it.")
+    out.append("")
+    out.append("| workload | native: wall, CPU | Valgrind alone: wall, CPU | bunkai: wall, CPU | bunkai CPU beyond Valgrind's own | Valgrind alone / native, less start-up | bunkai / native, less start-up |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        none_net = max(r["t_none"] - t_nstart, 1e-9) / r["native"]
+        net = max(r["ours"] - r["startup"], 1e-9) / r["native"]
+        out.append(f"| {r['name']} | {r['native']:.3f} s, {r['c_native']:.2f} s | {r['t_none']:.2f} s, {r['c_none']:.2f} s | "
+                   f"{r['ours']:.2f} s, {r['c_ours']:.2f} s | {r['c_ours'] - r['c_none']:+.2f} s | {none_net:.0f}x | {net:.0f}x |")
+    out.append("")
+    out.append(f"Start-up (`/bin/true`): Valgrind alone {t_nstart:.2f} s wall, {c_nstart:.2f} s CPU; bunkai {t_start:.2f} s wall, "
+               f"{c_start:.2f} s CPU.")
+    out.append("")
     out.append("| workload | bunkai bytes | bytes / instruction | lackey bytes | target ≤ 4 B/instr |")
     out.append("|---|---:|---:|---:|---|")
     for r in rows:
@@ -141,7 +176,7 @@ def main():
         rate = r["records"] / r["report"]
         out.append(f"| {r['name']} | {r['records']:,} | {r['report']:.3f} s | {rate / 1e6:.1f} M | {'PASS' if rate >= 20e6 else 'MISS'} |")
     out.append("")
-    out.append("Native times are medians of 3 runs; the others are single runs (each takes seconds). The recorder compresses on "
+    out.append("Native, Valgrind-alone and bunkai times are medians of 3 runs; lackey's and `report`'s are single runs. The recorder compresses on "
                "a second core while Valgrind runs; `report` wall time includes process start and reading the file.")
     md = "\n".join(out) + "\n"
     tmp = args.out + ".tmp"

@@ -212,8 +212,15 @@ static Buf defs_all;   /* every definition, resent by a forked child */
 static Buf events;     /* the EVENTS message being built */
 
 /* Segment executions are appended as words by the helpers: a header word
-   (segment id << 8 | instruction count) and one word per access. They are
-   encoded into `events` before any other event and when the buffer fills. */
+   (segment id << 20 | accesses << 8 | instructions, all known when the
+   segment is instrumented) and one word per access. They are encoded into
+   `events` before any other event and when the buffer fills. The header
+   carries the number of accesses so that the encoder reads nothing but
+   the words (looking it up in the segment table cost a cache miss per
+   execution; docs/trace.md, "Where the recording time goes"). */
+#define W_ID_SHIFT 20
+#define W_NACC(w) (((w) >> 8) & 0xfff)   /* MAX_SEG_ACC (2048) fits */
+#define SEG_WORD(id, nacc, ninstr) (((HWord)(id) << W_ID_SHIFT) | ((HWord)(nacc) << 8) | (ninstr))
 #define RAW_WORDS (1 << 16)
 #define RAW_SLACK 8192          /* more than any one segment's words */
 static ULong raw[RAW_WORDS + RAW_SLACK];
@@ -261,14 +268,28 @@ static void send_def(DefTab *t, UInt id)
    defs_new.n += d->len;
 }
 
-/* Per segment id: accesses, object and function (the encoder and the lazy
-   definitions need them). */
-typedef struct { UShort nacc; UInt obj, fn; } SegInfo;
+/* Per segment id: object and function (the lazy definitions need them). */
+typedef struct { UInt obj, fn; } SegInfo;
 static SegInfo *segs = NULL;
+/* Per segment id: its definition has been sent (seg_defs' flag, one byte
+   a segment, so that the check every execution makes stays in cache). */
+static UChar *seg_sent = NULL;
 static UInt seg_cap = 0, seg_next = 1;
+
+static void seg_room(UInt id)
+{
+   if (id < seg_cap) return;
+   UInt ncap = seg_cap ? seg_cap * 2 : 65536;
+   while (ncap <= id) ncap *= 2;
+   segs = VG_(realloc)("bk.seg", segs, ncap * sizeof(SegInfo));
+   seg_sent = VG_(realloc)("bk.seg.sent", seg_sent, ncap);
+   VG_(memset)(seg_sent + seg_cap, 0, ncap - seg_cap);
+   seg_cap = ncap;
+}
 
 static void send_seg_def(UInt id)
 {
+   seg_sent[id] = 1;
    if (seg_defs.v[id].sent) return;
    send_def(&obj_defs, segs[id].obj);
    send_def(&fn_defs, segs[id].fn);
@@ -291,23 +312,40 @@ static SizeT events_msg_bytes = EVENTS_MSG_BYTES;
 
 static void send_events(void);
 
+/* One LEB128 varint at p (room for 10 bytes is the caller's): the short
+   ones, most deltas, without the loop. */
+static inline UChar *vput(UChar *p, ULong v)
+{
+   if (v < 0x80) { p[0] = (UChar)v; return p + 1; }
+   if (v < 0x4000) { p[0] = (UChar)v | 0x80; p[1] = (UChar)(v >> 7); return p + 2; }
+   while (v >= 0x80) { *p++ = (UChar)v | 0x80; v >>= 7; }
+   *p++ = (UChar)v;
+   return p;
+}
+
 static void encode_raw(void)
 {
    UInt i = 0;
+   ULong prev_seg = enc_prev_seg, prev_addr = enc_prev_addr;
    while (i < raw_n) {
       ULong w = raw[i++];
-      ULong id = w >> 8;
-      Long d = (Long)(id - enc_prev_seg);
-      enc_prev_seg = id;
-      put_v(&events, (((ULong)d << 1) ^ (ULong)(d >> 63)) << 1);
-      UInt na = segs[id].nacc;
-      buf_grow(&events, (SizeT)na * 10);
+      ULong id = w >> W_ID_SHIFT;
+      UInt na = W_NACC(w);
+      buf_grow(&events, 10 + (SizeT)na * 10);
+      UChar *p = events.b + events.n;
+      Long d = (Long)(id - prev_seg);
+      prev_seg = id;
+      p = vput(p, (((ULong)d << 1) ^ (ULong)(d >> 63)) << 1);
       for (UInt k = 0; k < na; k++) {
          ULong a = raw[i++];
-         put_z(&events, (Long)(a - enc_prev_addr));
-         enc_prev_addr = a;
+         Long da = (Long)(a - prev_addr);
+         prev_addr = a;
+         p = vput(p, ((ULong)da << 1) ^ (ULong)(da >> 63));
       }
+      events.n = p - events.b;
    }
+   enc_prev_seg = prev_seg;
+   enc_prev_addr = prev_addr;
    raw_n = 0;
    if (events.n >= events_msg_bytes) send_events();
 }
@@ -473,8 +511,8 @@ static Bool inline_seg_head(HWord w)
    }
    if (fixed_full) { n_dropped++; n_dropped_instr += n; return False; }
    if (raw_n >= RAW_WORDS) encode_raw();
-   UInt id = (UInt)(w >> 8);
-   if (!seg_defs.v[id].sent) send_seg_def(id);
+   UInt id = (UInt)(w >> W_ID_SHIFT);
+   if (!seg_sent[id]) send_seg_def(id);
    win_icount += n;
    n_instr_rec += n;
    n_segs_rec++;
@@ -781,11 +819,7 @@ static void seg_close(IRSB *out, UInt endk)
    if (!seg_wanted) { seg_id_is(0); seg_reset(); return; }
    UInt id = seg_next++;
    seg_id_is(id);
-   if (id >= seg_cap) {
-      UInt ncap = seg_cap ? seg_cap * 2 : 65536;
-      segs = VG_(realloc)("bk.seg", segs, ncap * sizeof(SegInfo));
-      seg_cap = ncap;
-   }
+   seg_room(id);
 
    /* Objects and functions are defined before the segment that uses them.
       Accesses made before the segment's first instruction (the rest of an
@@ -793,7 +827,6 @@ static void seg_close(IRSB *out, UInt endk)
       belong to the instruction in flight. */
    UInt obj = sb_cur.n_instr ? object_of(sb_cur.addr[0]) : 0;
    UInt fn = sb_cur.n_instr ? function_of(sb_cur.addr[0], obj) : 0;
-   segs[id].nacc = (UShort)sb_cur.n_acc;
    segs[id].obj = obj;
    segs[id].fn = fn;
    SizeT start = def_begin();
@@ -815,7 +848,7 @@ static void seg_close(IRSB *out, UInt endk)
    put_v(&def_pool, endk);
    def_end(&seg_defs, id, start);
 
-   HWord w = ((HWord)id << 8) | sb_cur.n_instr;
+   HWord w = SEG_WORD(id, sb_cur.n_acc, sb_cur.n_instr);
    IRExpr *wE = mkIRExpr_HWord(w);
    IRExpr *a[MAX_SEG_ACC];
    for (UInt k = 0; k < sb_cur.n_acc; k++) a[k] = sb_cur.acc[k].addr;
@@ -1361,11 +1394,7 @@ static void record_cut_segment(Addr ip)
 #undef GETV
    if (hit == 0) return; /* the signal struck after the segment had ended */
    UInt pid = seg_next++;
-   if (pid >= seg_cap) {
-      seg_cap *= 2;
-      segs = VG_(realloc)("bk.seg", segs, seg_cap * sizeof(SegInfo));
-   }
-   segs[pid].nacc = 0;
+   seg_room(pid);
    segs[pid].obj = segs[id].obj;
    segs[pid].fn = segs[id].fn;
    SizeT start = def_begin();
@@ -1381,7 +1410,7 @@ static void record_cut_segment(Addr ip)
    put_v(&def_pool, 0);
    put_v(&def_pool, BKT_END_FATAL);
    def_end(&seg_defs, pid, start);
-   if (inline_seg_head(((HWord)pid << 8) | hit)) seg_tail();
+   if (inline_seg_head(SEG_WORD(pid, 0, hit))) seg_tail();
 }
 
 /* The last messages of the stream: the window's end, then BYE. */
