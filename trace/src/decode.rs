@@ -533,6 +533,9 @@ impl Visited {
 pub struct Trace {
     pub file: TraceFile,
     pub streams: Vec<Stream>,
+    /// Whether a visit shows its progress on stderr (after a second): the
+    /// commands set it on a terminal, when nothing streams to stdout.
+    pub progress: bool,
 }
 
 enum DecErr {
@@ -626,7 +629,7 @@ impl Trace {
         for st in &mut streams {
             st.resolve_in_flight();
         }
-        Ok(Trace { file, streams })
+        Ok(Trace { file, streams, progress: false })
     }
 
     /// The index of the stream with this stream id, or else of the first
@@ -660,7 +663,16 @@ impl Trace {
     /// Walks the EVENTS chunks of the given streams (indices into
     /// `streams`) in file order and calls `f` for every record. `f` returns
     /// `ControlFlow::Break` to stop early.
-    pub fn visit<F>(&self, streams: &[usize], mut f: F) -> Result<Visited>
+    pub fn visit<F>(&self, streams: &[usize], f: F) -> Result<Visited>
+    where
+        F: FnMut(&Pos, Item<'_>) -> ControlFlow<()>,
+    {
+        self.visit_as("reading the trace", streams, f)
+    }
+
+    /// `visit`, its progress (with `progress` set) labelled `what`: the
+    /// stored bytes of the chunks decoded, of all.
+    pub fn visit_as<F>(&self, what: &str, streams: &[usize], mut f: F) -> Result<Visited>
     where
         F: FnMut(&Pos, Item<'_>) -> ControlFlow<()>,
     {
@@ -678,6 +690,12 @@ impl Trace {
             .filter(|(i, _)| wanted[*i])
             .collect();
 
+        let progress = bunkai_common::progress::Progress::new(
+            "  {msg} {bar:30} {bytes}/{total_bytes} ({eta} left)",
+            Some(chunks.iter().map(|(_, c)| c.stored_len as u64).sum()),
+            self.progress,
+        );
+        progress.phase(format!("{what}: {}", self.file.path.file_name().unwrap_or_default().to_string_lossy()));
         let mut tid = vec![1u64; self.streams.len()];
         let mut instr = vec![0u64; self.streams.len()];
         let mut total = Visited::default();
@@ -713,6 +731,7 @@ impl Trace {
                 let mut pos =
                     Pos { stream: *si, tid: tid[*si], instr: instr[*si], global: total.instructions, chunk: c.offset };
                 let r = decode_events(st, &raw, &mut pos, &mut total, &mut addrs, &mut f);
+                progress.bar().inc(c.stored_len as u64);
                 tid[*si] = pos.tid;
                 instr[*si] = pos.instr;
                 match r {

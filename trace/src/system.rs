@@ -245,6 +245,9 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         });
     }
     let writer = Writer::create(&o.output, &meta, o.level).with_context(|| format!("cannot write {}", o.output.display()))?;
+    // Every phase is labelled on a terminal (boot alone takes about a minute).
+    let progress = bunkai_common::progress::Progress::spinner(!o.json && bunkai_common::progress::on_terminal());
+    progress.phase("starting QEMU");
     let t0 = Instant::now();
     let mut child = q.spawn().context("cannot start qemu-system-x86_64 (install it: scripts/install-deps.sh)")?;
     let stderr = child.stderr.take().unwrap();
@@ -296,6 +299,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
             }
         }
     });
+    progress.phase("booting the guest to Apache (QEMU's TCG, every instruction counted)");
     let boot_deadline = t0 + Duration::from_secs(o.boot_timeout);
     let mut maps = String::new();
     let mut console = Vec::new();
@@ -334,6 +338,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     std::fs::rename(&tmp, &maps_path)?;
     // The plugin instruments every block once it sees the maps (at the
     // next interrupt) and says so; the request waits for that.
+    progress.phase("waiting for the plugin to arm");
     let armed = dir.path().join("maps.armed");
     let arm_deadline = Instant::now() + Duration::from_secs(60);
     while !armed.exists() {
@@ -347,10 +352,12 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     // Warm-up requests (the plugin lets their windows pass), then the
     // request, and the window the plugin closes.
     for i in 0..o.warmup {
+        progress.phase(format!("warm-up GET {} ({} of {})", o.get, i + 1, o.warmup));
         if let Err(e) = http_get(port, &o.get, Duration::from_secs(o.timeout)) {
             return Err(fail(&mut child, format!("warm-up GET {} ({} of {}) failed: {e:#}", o.get, i + 1, o.warmup)));
         }
     }
+    progress.phase(format!("GET {}: recording its window", o.get));
     let t_req = Instant::now();
     let req_ns = monotonic_ns();
     let deadline = t_req + Duration::from_secs(o.timeout);
@@ -377,6 +384,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         let _ = tx.send(Msg { stream: end.stream, kind: format::CHUNK_CUT, raw_len, compressed: None, raw: p });
     }
     drop(tx);
+    progress.phase("writing the trace");
     let writer = writer_thread.join().map_err(|_| anyhow::anyhow!("the trace writer panicked"))??;
     if end.stream == 0 {
         drop(writer);
@@ -401,8 +409,10 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         Err(_) => (0.0, 0.0),
     };
     // Counts from the trace itself: kernel share, syscalls, traps.
+    progress.phase("counting what the trace holds");
     let t = crate::decode::Trace::load(&o.output)?;
     let c = count(&t)?;
+    drop(progress);
     let per = if c.instructions > 0 { bytes as f64 / c.instructions as f64 } else { 0.0 };
     let rate = if window_s > 0.0 { c.instructions as f64 / window_s / 1e6 } else { 0.0 };
     let kshare = if c.instructions > 0 { 100.0 * c.kernel as f64 / c.instructions as f64 } else { 0.0 };
