@@ -379,6 +379,11 @@ fn chrome_trace_is_json() {
     assert!(v["otherData"]["time_unit"].as_str().unwrap().contains("instruction"));
 }
 
+/// The text of every `<text>` element of an SVG, trimmed.
+fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text").skip(1).filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.trim().to_string())).collect()
+}
+
 #[test]
 fn pages_picture() {
     let d = tempfile::tempdir().unwrap();
@@ -397,9 +402,15 @@ fn pages_picture() {
     pic.write(&svg_path, Format::Svg).unwrap();
     let svg = std::fs::read_to_string(&svg_path).unwrap();
     assert!(svg.starts_with("<svg"));
+    let texts = svg_texts(&svg);
     for label in ["prog (3)", "libc.so.6 (1)", "prog (4)", "libc.so.6 (2)"] {
-        assert!(svg.contains(&format!(">{label}</text>")), "no band {label}");
+        assert!(texts.iter().any(|t| t == label), "no band {label}: {texts:?}");
     }
+    // Titled axes, round time ticks, the colour scale's title.
+    for t in ["pages by address", "time: instructions executed (all processes, in trace order)", "references per cell"] {
+        assert!(texts.iter().any(|x| x == t), "no {t:?}: {texts:?}");
+    }
+    assert!(texts.iter().any(|t| t == "0"), "{texts:?}");
     assert!(Format::of(Path::new("x.gif")).unwrap_err().to_string().contains(".svg or .png"));
     assert!(Picture::build(&t, 10, 10).is_err());
 }
