@@ -344,10 +344,21 @@ fn apache_request_from_accept_to_close() {
     assert_eq!(last["args"][0], first["result"], "closed the accepted descriptor");
     let svg = root.join("pages.svg");
     bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("apache2"));
+    // The SVG parses; Apache has a band in each panel; the axes and the
+    // colour scales are titled.
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("pages.svg is not XML: {e}"));
+    let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::trim).collect();
+    assert_eq!(texts.iter().filter(|t| t.starts_with("apache2 (")).count(), 2, "{texts:?}");
+    for t in ["time: instructions executed (all processes, in trace order)", "pages by address", "references per cell"] {
+        assert!(texts.contains(&t), "no {t:?} in {texts:?}");
+    }
     let png = root.join("pages.png");
-    bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap()]);
-    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"));
+    bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap(), "--width", "900", "--height", "600"]);
+    let head = std::fs::read(&png).unwrap();
+    assert!(head.starts_with(b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR"), "not a PNG");
+    let be = |i: usize| u32::from_be_bytes(head[i..i + 4].try_into().unwrap());
+    assert_eq!((be(16), be(20)), (900, 600), "the PNG's width and height");
     // What the picture shows, as JSON: two panels, Apache's pages in each,
     // the components adding up to the panel.
     let out = bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap(), "--json"]);
