@@ -5,6 +5,7 @@
 //! `trace record` use it.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -12,6 +13,9 @@ use std::time::Duration;
 /// delay; finished (and cleared) when dropped.
 pub struct Progress {
     bar: ProgressBar,
+    /// With no delay: shown at the first phase, so that it never draws
+    /// without its label.
+    pending: AtomicBool,
     done: Option<mpsc::Sender<()>>,
     watcher: Option<std::thread::JoinHandle<()>>,
 }
@@ -30,16 +34,11 @@ impl Progress {
         let bar = ProgressBar::with_draw_target(len, ProgressDrawTarget::hidden());
         bar.set_style(ProgressStyle::with_template(template).expect("a valid progress template"));
         if !enabled {
-            return Progress { bar, done: None, watcher: None };
+            return Progress { bar, pending: AtomicBool::new(false), done: None, watcher: None };
         }
         let after: u64 = std::env::var("BUNKAI_PROGRESS_AFTER_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-        let show = |b: &ProgressBar| {
-            b.set_draw_target(ProgressDrawTarget::stderr());
-            b.enable_steady_tick(Duration::from_millis(200));
-        };
         if after == 0 {
-            show(&bar);
-            return Progress { bar, done: None, watcher: None };
+            return Progress { bar, pending: AtomicBool::new(true), done: None, watcher: None };
         }
         let (done, wait) = mpsc::channel::<()>();
         let shown = bar.clone();
@@ -48,7 +47,7 @@ impl Progress {
                 show(&shown);
             }
         });
-        Progress { bar, done: Some(done), watcher: Some(watcher) }
+        Progress { bar, pending: AtomicBool::new(false), done: Some(done), watcher: Some(watcher) }
     }
 
     /// A spinner with a label and the time so far, for work whose size is
@@ -65,7 +64,15 @@ impl Progress {
     /// Names the phase now running.
     pub fn phase(&self, label: impl Into<std::borrow::Cow<'static, str>>) {
         self.bar.set_message(label);
+        if self.pending.swap(false, Ordering::Relaxed) {
+            show(&self.bar);
+        }
     }
+}
+
+fn show(b: &ProgressBar) {
+    b.set_draw_target(ProgressDrawTarget::stderr());
+    b.enable_steady_tick(Duration::from_millis(200));
 }
 
 impl Drop for Progress {

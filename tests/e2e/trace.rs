@@ -176,6 +176,40 @@ fn windows_start_and_stop_where_asked() {
     assert_eq!(names, vec!["window"], "{names:?}");
 }
 
+/// Recording and reading say how far they are, labelled, on a terminal
+/// (here at once instead of after a second: BUNKAI_PROGRESS_AFTER_MS=0),
+/// and nothing when stderr is not one.
+#[test]
+fn progress_shows_on_a_terminal_only() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("seq.bkt");
+    let png = d.path().join("seq.png");
+    let b = bunkai();
+    let tty = |cmd: String| -> String {
+        let o = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .env("BUNKAI_PROGRESS_AFTER_MS", "0")
+            .env("VALGRIND_LIB", tool_dir())
+            .output_within(DEADLINE);
+        let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{cmd}: {shown}");
+        shown
+    };
+    // the command's output goes elsewhere, so the run itself shows too
+    let shown = tty(format!("{} trace record -o {} -- seq 300000 > /dev/null", b.display(), t.display()));
+    assert!(shown.contains("seq under Valgrind") || shown.contains("recording seq: "), "{shown:?}");
+    let shown = tty(format!("{} trace report {} > /dev/null", b.display(), t.display()));
+    assert!(shown.contains("counting instructions and pages: seq.bkt"), "{shown:?}");
+    let shown = tty(format!("{} trace pages {} -o {}", b.display(), t.display(), png.display()));
+    assert!(shown.contains("pages: seq.bkt") || shown.contains("cells: seq.bkt"), "{shown:?}");
+    for args in [vec!["trace", "report", t.to_str().unwrap()], vec!["trace", "pages", t.to_str().unwrap(), "-o", png.to_str().unwrap()]] {
+        let o = Command::new(&b).args(&args).env("BUNKAI_PROGRESS_AFTER_MS", "0").output_within(DEADLINE);
+        assert!(o.status.success(), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains(": seq.bkt"), "progress on a pipe: {err:?}");
+    }
+}
+
 #[test]
 fn threads_and_forked_children_are_traced() {
     let d = tempfile::tempdir().unwrap();

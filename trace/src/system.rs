@@ -299,7 +299,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
             }
         }
     });
-    progress.phase("booting the guest to Apache (QEMU's TCG, every instruction counted)");
+    progress.phase("booting the guest to Apache (QEMU's TCG, about a minute)");
     let boot_deadline = t0 + Duration::from_secs(o.boot_timeout);
     let mut maps = String::new();
     let mut console = Vec::new();
