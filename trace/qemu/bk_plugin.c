@@ -151,25 +151,45 @@ void bk_plugin_finish_block(void)
         v->seg = ++bk_next_seg;
         v->next = t->vars;
         t->vars = v;
-        /* Functions are defined (into bk_defs) before the segment. */
+        /* Objects and functions are defined (into bk_defs) before the
+         * segment. The segment is packed (BKT_DEF_SEGP) against the DEFS
+         * message's previous one: a block's instructions follow each
+         * other, so only their lengths travel, and its object and
+         * function only where they change. */
         bk_seg.n = 0;
-        bk_put_v(&bk_seg, BKT_DEF_SEG);
-        bk_put_v(&bk_seg, v->seg);
+        bk_put_v(&bk_seg, BKT_DEF_SEGP);
+        bk_put_z(&bk_seg, (int64_t)(v->seg - (bk_pk.id + 1)));
         bk_put_v(&bk_seg, n);
+        uint64_t first = n ? t->addr[0] : bk_pk.first;
+        bk_put_z(&bk_seg, (int64_t)(first - bk_pk.first));
         for (uint32_t i = 0; i < n; i++) {
-            bk_put_v(&bk_seg, i == 0 ? t->addr[0] : t->addr[i] - t->addr[i - 1]);
-            bk_put_v(&bk_seg, t->len[i]);
-            bk_put_v(&bk_seg, bk_object_of(t->addr[i], server));
-            bk_put_v(&bk_seg, t->kernel ? bk_ksym_func(t->addr[i]) : 0);
+            uint64_t obj = bk_object_of(t->addr[i], server);
+            uint64_t fn = t->kernel ? bk_ksym_func(t->addr[i]) : 0;
+            uint64_t next = i ? t->addr[i - 1] + t->len[i - 1] : first;
+            uint64_t w = (uint64_t)t->len[i] << 3 | (uint64_t)(t->addr[i] != next) << 2 |
+                         (uint64_t)(obj != bk_pk.obj) << 1 | (uint64_t)(fn != bk_pk.func);
+            bk_put_v(&bk_seg, w);
+            if (w & 4)
+                bk_put_z(&bk_seg, (int64_t)(t->addr[i] - next));
+            if (w & 2)
+                bk_put_v(&bk_seg, bk_pk.obj = obj);
+            if (w & 1)
+                bk_put_v(&bk_seg, bk_pk.func = fn);
         }
         bk_put_v(&bk_seg, na);
+        uint32_t prev = 0;
         for (uint32_t k = 0; k < na; k++) {
-            uint32_t m = bk_acc_meta[k];
-            bk_put_v(&bk_seg, m >> 8);
-            bk_put_v(&bk_seg, (m >> 4) & 1 ? BKT_ACC_STORE : BKT_ACC_LOAD);
-            bk_put_v(&bk_seg, 1u << (m & 15));
+            uint32_t m = bk_acc_meta[k], shift = m & 15;
+            uint64_t code = shift <= 6 ? shift : BKT_SEGP_SIZE_FOLLOWS;
+            uint64_t kind = (m >> 4) & 1 ? BKT_ACC_STORE : BKT_ACC_LOAD;
+            bk_put_v(&bk_seg, (uint64_t)((m >> 8) - prev) << 5 | kind << 3 | code);
+            if (code == BKT_SEGP_SIZE_FOLLOWS)
+                bk_put_v(&bk_seg, 1ull << shift);
+            prev = m >> 8;
         }
         bk_put_v(&bk_seg, n < t->n || n == 0 ? BKT_END_OTHER : t->endk[n - 1]);
+        bk_pk.id = v->seg;
+        bk_pk.first = first;
         bk_put_bytes(&bk_defs, bk_seg.p, bk_seg.n);
     }
     int64_t d = (int64_t)(v->seg - bk_prev_seg);

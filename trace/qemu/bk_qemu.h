@@ -43,6 +43,13 @@ void bk_put_bytes(bk_buf *b, const void *p, size_t n);
 extern bk_buf bk_defs;   /* DEFS records not yet sent */
 extern bk_buf bk_events; /* the EVENTS message being filled */
 extern uint64_t bk_prev_seg, bk_prev_addr; /* reset per EVENTS message */
+/* What the next BKT_DEF_SEGP is packed against: the DEFS message's
+ * previous one (segment id, first address, object, function); reset per
+ * DEFS message. */
+typedef struct {
+    uint64_t id, first, obj, func;
+} bk_packed;
+extern bk_packed bk_pk;
 
 int bk_out_connect(const char *path);
 void bk_out_send(int kind, const bk_buf *b);
