@@ -249,8 +249,8 @@ def main():
     o.append("")
     o.append("The window is short, and after the plugin arms every block is translated anew with its callbacks "
              "inside it, so the first request's throughput is far below QEMU's own speed (warm requests come "
-             "closer); in a short trace the definitions of its segments, written once per trace, outweigh the "
-             "executions.\n")
+             "closer); in a short trace the definitions of its segments, written once per trace (packed since "
+             "format version 4), weigh about as much as the executions.\n")
     o.append("How Linux 6.1 on x86-64 differs from Linux 2.0 on a Pentium: the kernel's share is far higher "
              "(each syscall and fault now passes Spectre/Meltdown entry and exit code, security-module hooks "
              "and memory-cgroup accounting; page faults walk four levels), while Apache's own path for a "
