@@ -1,8 +1,10 @@
 /* bk_plugin.c: bunkai's QEMU TCG plugin: install, translation, execution.
  * `bunkai trace record --system` loads it into qemu-system-x86_64 as
- *   -plugin bunkai-qemu.so,arg=sock=S,arg=ksyms=F,arg=watch=W,arg=maps=M[,arg=mem=off][,arg=skip=N]
+ *   -plugin bunkai-qemu.so,arg=sock=S,arg=ksyms=F,arg=watch=W,arg=maps=M[,arg=mem=off][,arg=skip=N][,arg=count=on]
  * (skip: let N windows pass unrecorded, the recorder's warm-up requests;
- * start=N,stop=M[,exe=PATH]: a window on a program's own syscalls)
+ * start=N,stop=M[,exe=PATH]: a window on a program's own syscalls;
+ * count=on: follow the window and count its instructions, record nothing,
+ * for QEMU's own speed through it, the baseline of the record throughput)
  *
  * How it records: a translated block (TB) is the unit, as a Valgrind
  * superblock's segment is for the Valgrind tool. Each instruction adds 1 to
@@ -62,6 +64,7 @@ static uint64_t bk_acc_stale; /* reported by a faulted instruction's callbacks *
 static uint64_t bk_next_seg;
 static int bk_prev_kernel;
 static int bk_mem_on = 1;
+int bk_count_only;
 static bk_buf bk_seg;
 /* Armed: the recorder has written the server's maps, the request comes
  * next. Until then blocks get only the watch points (the boot runs at
@@ -118,12 +121,17 @@ static int bk_push_pop(const uint8_t *p, size_t n)
     return 0;
 }
 
+uint64_t bk_plugin_icount(void)
+{
+    return bk_icount;
+}
+
 /* Closes the block that ran: its segment (defined if new), its record. */
 void bk_plugin_finish_block(void)
 {
     bk_tb *t = bk_cur_tb;
     bk_cur_tb = NULL;
-    if (!t || !bk_rec)
+    if (!t || !bk_rec || bk_count_only)
         return;
     uint64_t ran = bk_icount - bk_tb_icount0;
     uint32_t n = ran >= t->n ? t->n : (ran ? (uint32_t)ran - 1 : 0);
@@ -281,7 +289,7 @@ static void bk_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         t->endk[i] = bk_end_kind(data, len);
         if (bk_armed)
             qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, &bk_icount, 1);
-        if (bk_mem_on && bk_armed)
+        if (bk_mem_on && bk_armed && !bk_count_only)
             qemu_plugin_register_vcpu_mem_cb(insn, bk_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
                                              (void *)(uintptr_t)i);
         if (!t->kernel)
@@ -381,6 +389,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             skip = (unsigned)strtoul(v, NULL, 10);
         else if (!strcmp(k, "mem"))
             bk_mem_on = strcmp(v, "off") != 0;
+        else if (!strcmp(k, "count"))
+            bk_count_only = strcmp(v, "on") == 0;
         else {
             fprintf(stderr, "bunkai-qemu: unknown argument %s\n", k);
             return -1;

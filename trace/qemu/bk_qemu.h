@@ -94,6 +94,10 @@ extern bk_task *bk_cur;    /* the task running */
 extern int bk_rec;         /* recording (inside the window) */
 extern bk_task *bk_win_task;
 extern uint64_t bk_instr, bk_memrefs, bk_syscalls, bk_traps, bk_asids;
+/* count=on: the window is followed, nothing recorded; bk_instr is then
+ * the inline counter's advance across the window. */
+extern int bk_count_only;
+uint64_t bk_plugin_icount(void); /* instructions begun since arming */
 
 void bk_task_set(uint64_t stack_addr);
 void bk_task_watch(const bk_watch *w);
