@@ -10,10 +10,15 @@
 //! - output.rs: writing a command's result to standard output (a closed
 //!   pipe or a full disk is handled once, in the CLI's main);
 //! - c_header.rs: a subsystem's C header as a compiler reads it (the tests
-//!   that pin each header against its Rust mirror).
+//!   that pin each header against its Rust mirror);
+//! - progress.rs: progress on long work, on a terminal only, after a second;
+//! - plot.rs: what the plotters pictures share (the embedded font, tick
+//!   labels).
 
 pub mod c_header;
 pub mod files;
 pub mod fmt;
 pub mod install;
 pub mod output;
+pub mod plot;
+pub mod progress;
