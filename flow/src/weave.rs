@@ -59,11 +59,12 @@ pub fn emit(a: &EmitOptions) -> Result<std::process::ExitCode> {
 const STRICT: &[&str] = &["-Werror=implicit-function-declaration", "-Werror=int-conversion", "-Werror=incompatible-pointer-types"];
 
 /// clang-14 on generated advice: `args` say what to make (-fsyntax-only,
-/// or -c), then the STRICT errors, bunkai's headers, no field guards if
-/// asked, and the user's --cflags; the caller adds the rest.
-fn advice_clang(inc: &Path, args: &[&str], no_field: bool, cflags: Option<&str>) -> std::process::Command {
+/// or -c), then the STRICT errors, bunkai's headers, `more` (the build's
+/// own flags), no field guards if asked, and the user's --cflags last, so
+/// that they win; the caller adds the source and output.
+fn advice_clang(inc: &Path, args: &[&str], more: &[String], no_field: bool, cflags: Option<&str>) -> std::process::Command {
     let mut cc = std::process::Command::new("clang-14");
-    cc.args(args).args(STRICT).arg(format!("-I{}", inc.display()));
+    cc.args(args).args(STRICT).arg(format!("-I{}", inc.display())).args(more);
     if no_field {
         cc.arg("-DBKF_NO_FIELD_GUARD__");
     }
@@ -108,7 +109,7 @@ pub fn c_errors(aspect: &Aspect, aspect_name: &str, prog: &Program, cflags: Opti
     let inc = bunkai_common::install::helper_libdir()?.join("include");
     // as weave: without field guards if only they fail
     let (out, _) = with_field_fallback(g.field_guarded, |no_field| {
-        advice_clang(&inc, &["-fsyntax-only", "-fno-caret-diagnostics", "-fno-diagnostics-fixit-info"], no_field, cflags)
+        advice_clang(&inc, &["-fsyntax-only", "-fno-caret-diagnostics", "-fno-diagnostics-fixit-info"], &[], no_field, cflags)
             .arg(&c)
             .output()
             .map_err(|e| anyhow::anyhow!("cannot run clang-14: {e} (scripts/install-deps.sh installs it)"))
@@ -396,14 +397,14 @@ fn build_module(a: &WeaveOptions, aspect: &Aspect, prog: &Program, bias: u64, mo
     // later compile of this module is too
     let no_field = std::cell::Cell::new(false);
     let compile_once = |extra: &[&str], nf: bool| -> Result<std::process::Output> {
-        let mut cc = advice_clang(&inc, &["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"], nf, a.cflags.as_deref());
-        cc.args(extra);
+        let mut more: Vec<String> = extra.iter().map(|x| x.to_string()).collect();
         if a.no_guard {
-            cc.arg("-DBKF_NO_GUARD__");
+            more.push("-DBKF_NO_GUARD__".into());
         }
         if let Some(b) = a.buffer_size {
-            cc.arg(format!("-DBKF_BUF_SIZE__={b}ull"));
+            more.push(format!("-DBKF_BUF_SIZE__={b}ull"));
         }
+        let mut cc = advice_clang(&inc, &["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"], &more, nf, a.cflags.as_deref());
         cc.arg(&c).arg("-o").arg(&o).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e}"))
     };
     let compile = |extra: &[&str]| -> Result<std::process::Output> {

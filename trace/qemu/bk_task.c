@@ -153,6 +153,8 @@ static void bk_hello(uint64_t pid)
 
 static void bk_window_event(int open, uint64_t reason)
 {
+    if (bk_count_only && !open)
+        bk_instr = bk_plugin_icount() - bk_open_icount;
     bk_ev(BKT_EV_WINDOW);
     bk_put_v(&bk_events, open);
     bk_put_v(&bk_events, reason);
@@ -231,7 +233,7 @@ void bk_task_end(void)
         return;
     bk_rec = 0;
     bk_win_done = 1;
-    if (bk_count_only)
+    if (bk_count_only && !bk_instr) /* ended without a close event (exit) */
         bk_instr = bk_plugin_icount() - bk_open_icount;
     /* The window's host times, for the recorder's throughput figure. */
     if (bk_maps_path) {

@@ -864,6 +864,14 @@ pub struct Packed {
 /// (0-6: 1 << code bytes; 7: the size follows as a varint).
 pub const SEGP_SIZE_FOLLOWS: u64 = 7;
 
+/// What to reserve for `n` items a record claims, `left` bytes before its
+/// end: no more than a few per byte, and not all of a huge claim at once
+/// (a hostile count in a well-compressed chunk must not abort on an
+/// allocation); the vector grows as items are really read.
+fn claimed(n: u64, left: u64) -> usize {
+    n.min(left / 4).min(1 << 16) as usize
+}
+
 fn parse_segp(st: &mut Stream, c: &mut Cursor, offset: u64, pk: &mut Packed) -> Result<(), DecErr> {
     let id = pk.id.wrapping_add(1).wrapping_add(c.z()? as u64);
     pk.id = id;
@@ -875,7 +883,7 @@ fn parse_segp(st: &mut Stream, c: &mut Cursor, offset: u64, pk: &mut Packed) -> 
     }
     let first = pk.first.wrapping_add(c.z()? as u64);
     pk.first = first;
-    let mut insns: Vec<Insn> = Vec::with_capacity(n as usize);
+    let mut insns: Vec<Insn> = Vec::with_capacity(claimed(n, left));
     for _ in 0..n {
         let w = c.v()?;
         let len = small(w >> 3, "instruction length")?;
@@ -904,7 +912,7 @@ fn parse_segp(st: &mut Stream, c: &mut Cursor, offset: u64, pk: &mut Packed) -> 
     if nacc > left {
         return Err(DecErr::Msg(format!("segment {id} claims {nacc} accesses in {left} bytes")));
     }
-    let mut accs = Vec::with_capacity(nacc as usize);
+    let mut accs = Vec::with_capacity(claimed(nacc, left));
     let mut insn = 0u64;
     for _ in 0..nacc {
         let a = c.v()?;
@@ -948,7 +956,7 @@ fn parse_def(st: &mut Stream, c: &mut Cursor, offset: u64, pk: &mut Packed) -> R
             if n > left / 4 {
                 return Err(DecErr::Msg(format!("segment {id} claims {n} instructions in {left} bytes")));
             }
-            let mut insns = Vec::with_capacity(n as usize);
+            let mut insns = Vec::with_capacity(claimed(n, left));
             let mut addr = 0u64;
             for i in 0..n {
                 let a = c.v()?;
@@ -963,7 +971,7 @@ fn parse_def(st: &mut Stream, c: &mut Cursor, offset: u64, pk: &mut Packed) -> R
             if nacc > left / 3 {
                 return Err(DecErr::Msg(format!("segment {id} claims {nacc} accesses in {left} bytes")));
             }
-            let mut accs = Vec::with_capacity(nacc as usize);
+            let mut accs = Vec::with_capacity(claimed(nacc, left));
             let mut prev = 0u64;
             for _ in 0..nacc {
                 let insn = c.v()?;

@@ -407,7 +407,9 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     }
     let bytes = writer.finish()?;
     if !window_done {
-        eprintln!("bunkai trace: the window did not close within {} s of the request (the trace ends there, marked cut)", o.timeout);
+        if !o.count_only {
+            eprintln!("bunkai trace: the window did not close within {} s of the request (the trace ends there, marked cut)", o.timeout);
+        }
     }
     // The window's host times (the plugin writes them at its close).
     let (open_s, window_s) = match std::fs::read_to_string(dir.path().join("maps.window")) {
@@ -488,8 +490,11 @@ fn count_only_summary(
     window_s: f64,
     response: &Response,
 ) -> Result<ExitCode> {
-    if !window_done || instructions == 0 || window_s <= 0.0 {
+    if !window_done {
         bail!("the window did not close within {} s of the request: nothing was counted (give a larger --timeout)", o.timeout);
+    }
+    if instructions == 0 || window_s <= 0.0 {
+        bail!("the window closed but the plugin wrote no count (QEMU ended first? run again with -v to see its command)");
     }
     let rate = instructions as f64 / window_s / 1e6;
     if o.json {
