@@ -23,6 +23,7 @@ Each figure is the median of REPS; the load average is printed with it."""
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -65,13 +66,17 @@ def programs(names):
 
 
 def timed(cmd, capture=False):
+    """Wall seconds, CPU seconds (user + system of the command and its
+    children: what the machine's load does not change) and stdout."""
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     r = subprocess.run(cmd, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL if capture else None, text=True)
     dt = time.perf_counter() - t
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit(f"speed: command failed ({r.returncode}): {' '.join(cmd)}")
-    return dt, (r.stdout if capture else "")
+    return dt, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime), (r.stdout if capture else "")
 
 
 def commit():
@@ -85,30 +90,35 @@ def measure(a, key, inputs, flags, extra):
     w = os.path.join(a.work, key)
     os.makedirs(w, exist_ok=True)
     base, ours, before, phases, nfun = [], [], [], [], 0
+    cpu = {"baseline": [], "scatter": [], "before": []}
     for rep in range(a.reps):
-        dt, _ = timed(["clang-14", *flags, "-Wno-unused-command-line-argument",
-                       "-o", os.path.join(w, "plain"), *inputs])
+        dt, c, _ = timed(["clang-14", *flags, "-Wno-unused-command-line-argument",
+                          "-o", os.path.join(w, "plain"), *inputs])
         base.append(dt)
-        log(f"{key} {rep + 1}/{a.reps}: clang-14 build {dt:.1f} s")
+        cpu["baseline"].append(c)
+        log(f"{key} {rep + 1}/{a.reps}: clang-14 build {dt:.1f} s, CPU {c:.1f} s")
         out = os.path.join(w, "out")
-        dt, js = timed([BUNKAI, "scatter", "--json", "-o", out, *extra, *inputs, "--", *flags], capture=True)
+        dt, c, js = timed([BUNKAI, "scatter", "--json", "-o", out, *extra, *inputs, "--", *flags], capture=True)
         j = json.loads(js)
         ours.append(dt)
+        cpu["scatter"].append(c)
         phases.append(j.get("phases", []))
         nfun = j["functions"]
-        log(f"{key} {rep + 1}/{a.reps}: bunkai scatter {dt:.1f} s ({nfun} functions)")
+        log(f"{key} {rep + 1}/{a.reps}: bunkai scatter {dt:.1f} s, CPU {c:.1f} s ({nfun} functions)")
         if a.before:
-            dt, _ = timed([a.before, "scatter", "--json", "-o", os.path.join(w, "out-before"), *extra,
-                           *inputs, "--", *flags], capture=True)
+            dt, c, _ = timed([a.before, "scatter", "--json", "-o", os.path.join(w, "out-before"), *extra,
+                              *inputs, "--", *flags], capture=True)
             before.append(dt)
-            log(f"{key} {rep + 1}/{a.reps}: earlier bunkai scatter {dt:.1f} s")
+            cpu["before"].append(c)
+            log(f"{key} {rep + 1}/{a.reps}: earlier bunkai scatter {dt:.1f} s, CPU {c:.1f} s")
     # Phases: the median of each over the repetitions, in the order they ran.
     names = [p["name"] for p in phases[0]]
     med = [(n, statistics.median(next((p["seconds"] for p in ps if p["name"] == n), 0.0) for ps in phases))
            for n in names]
     return {"program": key, "functions": nfun, "baseline_s": statistics.median(base),
             "scatter_s": statistics.median(ours), "before_s": statistics.median(before) if before else None,
-            "runs": {"baseline": base, "scatter": ours, "before": before}, "phases": med,
+            "cpu": {k: statistics.median(v) if v else None for k, v in cpu.items()},
+            "runs": {"baseline": base, "scatter": ours, "before": before, "cpu": cpu}, "phases": med,
             "flags": flags, "inputs": inputs}
 
 
@@ -122,15 +132,19 @@ def render(a, res, load0, load1):
          "scatter's `original/` was built with), of the same sources with the same flags."
          + (f" The earlier build: a copy of build/ made before this change, `{a.before_version}`."
             if a.before else "") + "\n",
-         "| program | functions | clang-14 build [s] | bunkai scatter [s] | ratio |"
-         + (" earlier build's scatter [s] |" if a.before else ""),
-         "|---|---:|---:|---:|---:|" + ("---:|" if a.before else "")]
+         "Wall time is what a user waits; CPU time (user and system, of the command and every "
+         "process it started) is the work done, which the other jobs on the machine do not change.\n",
+         "| program | functions | | clang-14 build [s] | bunkai scatter [s] | ratio |"
+         + (" earlier build's scatter [s] | ratio |" if a.before else ""),
+         "|---|---:|---|---:|---:|---:|" + ("---:|---:|" if a.before else "")]
     for r in res:
-        row = (f"| {LABEL[r['program']]} | {r['functions']:,} | {r['baseline_s']:.1f} | {r['scatter_s']:.1f} "
-               f"| {r['scatter_s'] / r['baseline_s']:.2f}x |")
-        if a.before:
-            row += f" {r['before_s']:.1f} |"
-        L.append(row)
+        for what, b, o, e in (("wall", r["baseline_s"], r["scatter_s"], r["before_s"]),
+                              ("CPU", r["cpu"]["baseline"], r["cpu"]["scatter"], r["cpu"]["before"])):
+            row = (f"| {LABEL[r['program']]} | {r['functions']:,} | {what} | {b:.1f} | {o:.1f} "
+                   f"| {o / b:.2f}x |")
+            if a.before:
+                row += f" {e:.1f} | {e / b:.2f}x |"
+            L.append(row)
     for r in res:
         if not r["phases"]:
             continue
