@@ -94,7 +94,7 @@ bench-trace: all
 	@bash bench/trace/run.sh
 
 bench-trace-system: all guest
-	@echo "make bench-trace-system: about 8 minutes: the Apache case study in full-system mode (six boots of the guest under QEMU's TCG), timed on 2 shared cores at load average 6-8"
+	@echo "make bench-trace-system: about 12 minutes: the Apache case study in full-system mode (ten boots of the guest under QEMU's TCG: each request recorded, and counted only for the baseline), timed on 2 shared cores at load average 6-8"
 	@python3 bench/trace/system.py
 
 bench-share: all

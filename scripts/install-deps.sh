@@ -25,6 +25,8 @@ PKGS=(
   dpkg-dev tcl                                       # apt-get source, make deb (dpkg-shlibdeps); SQLite's amalgamation needs tclsh
   libevent-dev libmemcached-tools                    # flow case study: memcached from source (libevent), memcaslap load
   libapr1-dev libaprutil1-dev libpcre2-dev apache2-utils # flow Table 3 on Apache from source (APR, PCRE2), ab load
+  fonts-dejavu-core                                  # DejaVu Sans, embedded in bunkai for the labels of its pictures (plotters)
+  python3-matplotlib                                 # the benchmarks' figures (bench/share/fig9.py)
   ca-certificates curl python3
 )
 

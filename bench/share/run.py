@@ -3,7 +3,8 @@
 transfer latency, real programs, the cost of authentication, a
 mutex/condition-variable ping-pong and sort --parallel=3 across three
 hosts, each beside a baseline measured in the same run. Writes
-bench/results/share.md and bench/results/share-fig9.svg.
+bench/results/share.md and bench/results/share-fig9.svg (Figure 9, drawn
+with matplotlib by fig9.py).
 
 With --baseline DIR (a build of an earlier commit: `git worktree add
 /tmp/old COMMIT && make -C /tmp/old all`), the forwarded-call and
@@ -28,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import fig9
 from harness import BUNKAI, NODES, PORT, ROOT, Failed, json_lines, log, run_home, share, sh
 import harness
 
@@ -272,39 +274,6 @@ def make_input(path):
             n += len(line)
 
 
-def svg_fig9(fig, per_page_us, path):
-    W, H, L, B = 640, 400, 70, 50
-    sizes = sorted(fig["C"])
-    ymax = max(max(fig["C"].values()), 1.0) * 1.1
-    def x(k):
-        return L + (sizes.index(k)) * (W - L - 30) / (len(sizes) - 1)
-    def y(v):
-        return H - B - v / ymax * (H - B - 30)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
-           f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{W/2}" y="18" text-anchor="middle" font-size="14">Figure 9: read(2) forwarded to the home host, then the buffer read</text>',
-           f'<line x1="{L}" y1="{H-B}" x2="{W-20}" y2="{H-B}" stroke="black"/>',
-           f'<line x1="{L}" y1="{H-B}" x2="{L}" y2="20" stroke="black"/>']
-    for i in range(6):
-        v = ymax * i / 5
-        out.append(f'<text x="{L-6}" y="{y(v)+4:.1f}" text-anchor="end">{v:.0f}</text>')
-        out.append(f'<line x1="{L}" y1="{y(v):.1f}" x2="{W-20}" y2="{y(v):.1f}" stroke="#ddd"/>')
-    for k in sizes:
-        out.append(f'<text x="{x(k):.1f}" y="{H-B+18}" text-anchor="middle">{k} KiB</text>')
-    out.append(f'<text x="18" y="{(H-B)/2}" transform="rotate(-90 18 {(H-B)/2})" text-anchor="middle">median time [µs]</text>')
-    for mode, colour, label in (("C", "#c0392b", "forwarded (C)"), ("A", "#2c3e50", "plain (A)")):
-        pts = " ".join(f"{x(k):.1f},{y(fig[mode][k]):.1f}" for k in sizes)
-        out.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="2"/>')
-        for k in sizes:
-            out.append(f'<circle cx="{x(k):.1f}" cy="{y(fig[mode][k]):.1f}" r="3" fill="{colour}"/>')
-    out.append(f'<text x="{L+10}" y="40" fill="#c0392b">forwarded (C): +{per_page_us:.0f} µs per extra 4 KiB page (paper: ~400 µs)</text>')
-    out.append(f'<text x="{L+10}" y="58" fill="#2c3e50">plain (A)</text>')
-    out.append("</svg>")
-    tmp = path.with_suffix(".svg.tmp")
-    tmp.write_text("\n".join(out) + "\n")
-    tmp.replace(path)
-
-
 def handshake_section(hs, base=None, standalone=False):
     """The handshakes' table and what it means, as markdown lines."""
     L = []
@@ -463,7 +432,7 @@ def write_md(path, t1, fig, pg, net, progs, quick, hs, au, pp, so, base):
     ys = [fig["C"][k] for k in sizes if k >= 4]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
-    svg_fig9(fig, slope, path.with_name("share-fig9.svg"))
+    fig9.draw(fig, slope, path.with_name("share-fig9.svg"))
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     L = []
     L.append("# bunkai share: seed 002's evaluation, reproduced\n")

@@ -9,7 +9,7 @@ kernel column included, the interrupts, exceptions and address-space
 switches, the §4 estimate on them, and the recording's own figures (boot
 with and without the plugin, record throughput, bytes per instruction).
 
-Usage: python3 bench/trace/system.py   (about 8 minutes: six boots)
+Usage: python3 bench/trace/system.py   (about 12 minutes: ten boots)
 Every process has a deadline; nothing leaves 127.0.0.1.
 """
 import importlib.util
@@ -80,6 +80,20 @@ def record(case, warmup):
     if rep.returncode != 0:
         raise SystemExit(f"bench-trace-system: report {out} failed:\n{rep.stderr}")
     return summary, json.loads(rep.stdout)
+
+
+def count_only(case, warmup):
+    """QEMU's own speed through the same window: the plugin loaded,
+    following the window and counting its instructions, recording nothing
+    (`record --system --count-only`)."""
+    cmd = [BUNKAI, "trace", "record", "--system", "--guest", GUEST, "--get", REQUEST[case], "--json", "--count-only"]
+    if warmup:
+        cmd += ["--warmup", str(warmup)]
+    log(" ".join(cmd))
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(f"bench-trace-system: {' '.join(cmd)} failed:\n{r.stderr}")
+    return json.loads(r.stderr.strip().splitlines()[-1])
 
 
 def comp(rep, kind=None, name=None):
@@ -207,9 +221,10 @@ def main():
     # shared machine one sample says little.
     plain = [boot_without_plugin()]
     log(f"boot without the plugin: {plain[0]:.1f} s")
-    runs = {}
+    runs, counted = {}, {}
     for case in ("html", "cgi"):
         runs[case] = (record(case, 0), record(case, 2))
+        counted[case] = (count_only(case, 0), count_only(case, 2))
     plain.append(boot_without_plugin())
     log(f"boot without the plugin, again: {plain[1]:.1f} s")
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
@@ -232,25 +247,34 @@ def main():
     o.append(f"| instructions (first request) | {fmt(c[0]['instructions'])} | {fmt(c[1]['instructions'])} |")
     o.append(f"| record throughput inside the window (first request) | {c[0]['million_instructions_per_second']:.1f} M/s | {c[1]['million_instructions_per_second']:.1f} M/s |")
     o.append(f"| record throughput inside the window (warm) | {w[0]['million_instructions_per_second']:.1f} M/s | {w[1]['million_instructions_per_second']:.1f} M/s |")
+    q = [counted[k] for k in ("html", "cgi")]
+    o.append(f"| baseline: QEMU through the same window, the plugin counting only, nothing recorded (first request / warm) | "
+             f"{q[0][0]['million_instructions_per_second']:.1f} / {q[0][1]['million_instructions_per_second']:.1f} M/s | "
+             f"{q[1][0]['million_instructions_per_second']:.1f} / {q[1][1]['million_instructions_per_second']:.1f} M/s |")
     o.append(f"| bytes per instruction, memory references included (first / warm) | {c[0]['bytes_per_instruction']:.2f} / {w[0]['bytes_per_instruction']:.2f} | {c[1]['bytes_per_instruction']:.2f} / {w[1]['bytes_per_instruction']:.2f} |")
     o.append("")
     verdict = lambda ok: "PASS" if ok else "MISS"
     o.append("## Targets (issue 22)\n")
     o.append(f"- one HTML request recorded in under 2 minutes, boot included: {html_cold['seconds']:.0f} s: "
              f"**{verdict(html_cold['seconds'] < 120)}**")
-    for name, r in (("HTML", c[0]), ("CGI", c[1])):
+    for name, r, base in (("HTML", c[0], q[0][0]["million_instructions_per_second"]),
+                          ("CGI", c[1], q[1][0]["million_instructions_per_second"])):
         mips = r['million_instructions_per_second']
-        o.append(f"- at least 20 M instructions/s while recording, {name} (first request): {mips:.1f} M/s: "
-                 f"**{verdict(mips >= 20)}**")
+        o.append(f"- at least 20 M instructions/s while recording, {name} (first request): {mips:.1f} M/s "
+                 f"(QEMU counting only, same window: {base:.1f} M/s): **{verdict(mips >= 20)}**")
     for name, r in (("HTML", c[0]), ("CGI", c[1])):
         bpi = r['bytes_per_instruction']
         o.append(f"- at most 1 byte per instruction, memory references included, {name} (first request): "
                  f"{bpi:.2f}: **{verdict(bpi <= 1)}**")
     o.append("")
     o.append("The window is short, and after the plugin arms every block is translated anew with its callbacks "
-             "inside it, so the first request's throughput is far below QEMU's own speed (warm requests come "
-             "closer); in a short trace the definitions of its segments, written once per trace, outweigh the "
-             "executions.\n")
+             "inside it. The baseline row says how much of the first request's time is QEMU's own: with the "
+             "plugin only following the window and counting (an inline add per instruction, a call per block, "
+             "no memory callbacks, nothing written), the first request runs at about the speed it is recorded "
+             "at, so the 20 M/s cannot be reached by the plugin alone there (translating the blocks, QEMU's "
+             "device and network emulation and the client's packets fill the window); warm, QEMU alone runs "
+             "several times faster than the recording, and that gap is the plugin's callbacks. In a short trace the definitions of its segments, written once per trace (packed since "
+             "format version 4), weigh about as much as the executions.\n")
     o.append("How Linux 6.1 on x86-64 differs from Linux 2.0 on a Pentium: the kernel's share is far higher "
              "(each syscall and fault now passes Spectre/Meltdown entry and exit code, security-module hooks "
              "and memory-cgroup accounting; page faults walk four levels), while Apache's own path for a "

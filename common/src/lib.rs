@@ -9,14 +9,16 @@
 //! - fmt.rs: hex, thousands separators, sizes such as `64KiB`;
 //! - output.rs: writing a command's result to standard output (a closed
 //!   pipe or a full disk is handled once, in the CLI's main);
-//! - progress.rs: a bar or spinner on stderr for work that has taken a
-//!   second, on a terminal only;
 //! - c_header.rs: a subsystem's C header as a compiler reads it (the tests
-//!   that pin each header against its Rust mirror).
+//!   that pin each header against its Rust mirror);
+//! - progress.rs: progress on long work, on a terminal only, after a second;
+//! - plot.rs: what the plotters pictures share (the embedded font, tick
+//!   labels).
 
 pub mod c_header;
 pub mod files;
 pub mod fmt;
 pub mod install;
 pub mod output;
+pub mod plot;
 pub mod progress;

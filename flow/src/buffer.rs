@@ -282,48 +282,17 @@ pub fn read_counted(path: &Path, bar: &indicatif::ProgressBar) -> Result<Buffer>
 /// second (BUNKAI_PROGRESS_AFTER_MS), so that small buffers read in
 /// silence.
 pub fn read_all(files: &[PathBuf], progress: bool) -> Result<Vec<Buffer>> {
-    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-    use std::sync::mpsc;
-    use std::time::Duration;
     if !progress {
         return files.iter().map(|p| read(p)).collect();
     }
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-    bar.set_style(ProgressStyle::with_template("  {spinner} {msg}: {bytes} read ({bytes_per_sec})").expect("a valid template"));
-    let after: u64 = std::env::var("BUNKAI_PROGRESS_AFTER_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
-    let show = |b: &ProgressBar| {
-        b.set_draw_target(ProgressDrawTarget::stderr());
-        b.enable_steady_tick(Duration::from_millis(200));
-    };
-    let (done, wait) = mpsc::channel::<()>();
-    let shown = bar.clone();
-    let watcher = std::thread::spawn(move || {
-        if after > 0 && wait.recv_timeout(Duration::from_millis(after)) == Err(mpsc::RecvTimeoutError::Timeout) {
-            show(&shown);
-        }
-    });
-    let mut out = Vec::with_capacity(files.len());
-    let mut err = None;
-    for (k, p) in files.iter().enumerate() {
-        bar.set_message(format!("reading {}", p.display()));
-        if after == 0 && k == 0 {
-            show(&bar);
-        }
-        match read_counted(p, &bar) {
-            Ok(b) => out.push(b),
-            Err(e) => {
-                err = Some(e);
-                break;
-            }
-        }
-    }
-    let _ = done.send(());
-    let _ = watcher.join();
-    bar.finish_and_clear();
-    match err {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+    let p = bunkai_common::progress::Progress::new("  {spinner} {msg}: {bytes} read ({bytes_per_sec})", None, true);
+    files
+        .iter()
+        .map(|f| {
+            p.phase(format!("reading {}", f.display()));
+            read_counted(f, p.bar())
+        })
+        .collect()
 }
 
 /// The buffer directory: BUNKAI_FLOW_DIR, else /dev/shm.

@@ -15,7 +15,6 @@ use crate::joinpoints::{self, JoinPoint};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -279,7 +278,7 @@ pub fn report(a: &ReportOptions) -> Result<ExitCode> {
         bunkai_common::files::write_atomic(p, (serde_json::to_string(&otel(&bufs, &flows))? + "\n").as_bytes())?;
     }
     if let Some(p) = &a.svg {
-        bunkai_common::files::write_atomic(p, svg(&bufs, &flows, SVG_FLOWS).as_bytes())?;
+        bunkai_common::files::write_atomic(p, svg(&bufs, &flows, SVG_FLOWS)?.as_bytes())?;
     }
     if a.json {
         let v: Vec<Value> = flows
@@ -465,29 +464,50 @@ fn otel(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>) -> Value {
 
 /// Flows drawn by --svg at most.
 const SVG_FLOWS: usize = 12;
+/// With more flows drawn than this, an overview of them on one clock
+/// comes first.
+const OVERVIEW_AFTER: usize = 3;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// A round number of µs near t / 4, for the axis ticks.
-fn tick(t: f64) -> f64 {
-    let raw = (t / 4.0).max(1e-3);
-    let p = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * p).find(|&v| v >= raw).unwrap_or(10.0 * p)
-}
-
-/// Table 2 as a picture: per flow (the first `max`), a lane per process it
-/// visits, a dot per step at its time since the flow's first step, a line
+/// Table 2 as a picture, drawn with plotters' SVG backend: per flow (the
+/// first `max`), a lane per process it visits, a dot per step at its time
+/// since the flow's first step (round µs ticks, a titled axis), a line
 /// through the steps in order (crossing lanes where the flow changes
 /// process), and the name of each function where the flow first reaches
-/// it, on whichever of three label rows has room.
-fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String {
-    const W: f64 = 1100.0;
-    const X0: f64 = 190.0;
-    const PW: f64 = W - X0 - 30.0;
-    const LANE: f64 = 46.0;
-    const COLOURS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"];
+/// it, on whichever of three label rows has room. A legend says what the
+/// marks are; with more than `OVERVIEW_AFTER` flows, an overview first
+/// puts them on one clock, a bar each from its first step to its last.
+fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> Result<String> {
+    use bunkai_common::plot::{self, FAMILY};
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    const W: u32 = 1100;
+    const X0: u32 = 210;
+    const LANE: u32 = 46;
+    const HEAD: u32 = 26;
+    const AXIS: u32 = 40;
+    const GAP: u32 = 14;
+    const TOP: u32 = 56;
+    const ROW: u32 = 18;
+    const COLOURS: [RGBColor; 6] = [
+        RGBColor(0x1f, 0x77, 0xb4),
+        RGBColor(0xd6, 0x27, 0x28),
+        RGBColor(0x2c, 0xa0, 0x2c),
+        RGBColor(0x94, 0x67, 0xbd),
+        RGBColor(0xff, 0x7f, 0x0e),
+        RGBColor(0x17, 0xbe, 0xcf),
+    ];
+    plot::font();
+    let ink = RGBColor(30, 30, 30);
+    let grey = RGBColor(150, 150, 150);
+    let style = |size: f64, c: &RGBColor| {
+        let mut t = TextStyle::from((FAMILY, size).into_font());
+        t.color = c.to_backend_color();
+        t
+    };
     // each flow with its lanes: the processes it visits, in order of visit
     let shown: Vec<(&u64, &Vec<Step>, Vec<usize>)> = flows
         .iter()
@@ -502,111 +522,255 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> String 
             (id, steps, lanes)
         })
         .collect();
-    let height: f64 = 40.0 + shown.iter().map(|(_, _, lanes)| 30.0 + LANE * lanes.len() as f64 + 26.0).sum::<f64>();
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" viewBox=\"0 0 {W} {height}\" font-family=\"monospace\" font-size=\"11\">"
-    );
-    let _ = writeln!(o, "<rect width=\"{W}\" height=\"{height}\" fill=\"white\"/>");
-    let _ = writeln!(
-        o,
-        "<text x=\"10\" y=\"20\" font-size=\"13\">bunkai flow report: {} of {} flow{}, each on its own time axis (µs since its first step)</text>",
-        shown.len(),
-        bunkai_common::fmt::commas(flows.len() as u64),
-        if flows.len() == 1 { "" } else { "s" }
-    );
-    let mut y = 40.0;
-    for (id, steps, lanes) in &shown {
-        let t0 = steps[0].ns;
-        let span = (steps.last().unwrap().ns - t0) as f64 / 1e3;
-        let scale = if span > 0.0 { PW / span } else { 0.0 };
-        let _ = writeln!(
-            o,
-            "<text x=\"10\" y=\"{}\" font-size=\"12\" font-weight=\"bold\">flow {id:#x}: {} steps, {} process{}, {span:.1} µs{}</text>",
-            y + 14.0,
-            steps.len(),
-            lanes.len(),
-            if lanes.len() == 1 { "" } else { "es" },
-            if cut_short(bufs, steps) { ", cut short? (a buffer it passed filled)" } else { "" }
-        );
-        y += 30.0;
-        let lane_y = |buf: usize| y + LANE * lanes.iter().position(|&b| b == buf).unwrap_or(0) as f64 + LANE / 2.0;
-        for (k, &b) in lanes.iter().enumerate() {
-            let ly = y + LANE * k as f64;
-            let fill = if k % 2 == 0 { "#f7f7fa" } else { "#eeeef3" };
-            let _ = writeln!(o, "<rect x=\"{X0}\" y=\"{ly}\" width=\"{PW}\" height=\"{LANE}\" fill=\"{fill}\"/>");
-            let name = format!("{}/{} {}", bufs[b].host, bufs[b].pid, short(&bufs[b].exe));
-            let name: String = if name.chars().count() > 26 { name.chars().take(25).collect::<String>() + "~" } else { name };
-            let name = if bufs[b].dropped > 0 { format!("{name} ({} dropped)", bufs[b].dropped) } else { name };
-            let _ = writeln!(
-                o,
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"{}\">{}</text>",
-                X0 - 8.0,
-                ly + LANE / 2.0 + 4.0,
-                COLOURS[k % COLOURS.len()],
-                esc(&name)
-            );
+    let overview = shown.len() > OVERVIEW_AFTER;
+    let ov_h = if overview { HEAD + ROW * shown.len() as u32 + AXIS + GAP } else { 0 };
+    let height = TOP + ov_h + shown.iter().map(|(_, _, l)| HEAD + LANE * l.len() as u32 + AXIS + GAP).sum::<u32>();
+    let lane_name = |b: usize| {
+        let name = format!("{}/{} {}", bufs[b].host, bufs[b].pid, short(&bufs[b].exe));
+        let name: String = if name.chars().count() > 26 { name.chars().take(25).collect::<String>() + "…" } else { name };
+        if bufs[b].dropped > 0 {
+            format!("{name} ({} dropped)", bufs[b].dropped)
+        } else {
+            name
         }
-        let x_of = |s: &Step| X0 + (s.ns - t0) as f64 / 1e3 * scale;
-        let pts: Vec<String> = steps.iter().map(|s| format!("{:.1},{:.1}", x_of(s), lane_y(s.buf))).collect();
-        let _ = writeln!(o, "<polyline points=\"{}\" fill=\"none\" stroke=\"#999\" stroke-width=\"1\"/>", pts.join(" "));
-        // labels: three rows per lane (above, below, further above), each
-        // keeping where its last label ended
-        let mut ends: HashMap<(usize, usize), f64> = HashMap::new();
-        let mut named: Vec<&str> = Vec::new();
-        for s in steps.iter() {
-            let (x, cy) = (x_of(s), lane_y(s.buf));
-            let k = lanes.iter().position(|&b| b == s.buf).unwrap_or(0);
-            let c = COLOURS[k % COLOURS.len()];
-            let _ = writeln!(
-                o,
-                "<circle cx=\"{x:.1}\" cy=\"{cy:.1}\" r=\"3\" fill=\"{c}\"><title>{} {}:{} +{:.3} µs</title></circle>",
-                esc(&s.function),
-                esc(short(&s.file)),
-                s.line,
-                (s.ns - t0) as f64 / 1e3
-            );
-            if named.contains(&s.function.as_str()) {
-                continue;
-            }
-            named.push(&s.function);
-            let w = 6.6 * s.function.chars().count() as f64;
-            let lx = x.min(X0 + PW - w).max(X0 + 2.0);
-            for (row, dy) in [(0, -7.0), (1, 15.0), (2, -17.0)] {
-                let end = ends.entry((k, row)).or_insert(f64::MIN);
-                if lx > *end + 4.0 {
-                    *end = lx + w;
-                    let _ = writeln!(o, "<text x=\"{lx:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#333\">{}</text>", cy + dy, esc(&s.function));
-                    break;
+    };
+    let mut out = String::new();
+    // each step's hover text, in the order its dot is drawn
+    let mut titles: Vec<String> = Vec::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (W, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot::err)?;
+        root.draw_text(
+            &format!(
+                "bunkai flow report: {} of {} flow{}, each on its own time axis (µs since its first step)",
+                shown.len(),
+                bunkai_common::fmt::commas(flows.len() as u64),
+                if flows.len() == 1 { "" } else { "s" }
+            ),
+            &style(15.0, &ink),
+            (10, 8),
+        )
+        .map_err(plot::err)?;
+        // the legend
+        let ly = 34;
+        let width = |t: &str, size: f64| root.estimate_text_size(t, &style(size, &ink)).map_or(7 * t.len() as i32, |(w, _)| w as i32);
+        let mut x = 12;
+        root.draw_text("●", &style(12.0, &COLOURS[0]), (x, ly - 1)).map_err(plot::err)?;
+        let t = "a step, in its process's colour (hover: function, file:line, time)";
+        root.draw_text(t, &style(11.0, &ink), (x + 16, ly)).map_err(plot::err)?;
+        x += 16 + width(t, 11.0) + 24;
+        root.draw(&PathElement::new(vec![(x, ly + 7), (x + 26, ly + 7)], grey)).map_err(plot::err)?;
+        let t = "the flow's path, step to step";
+        root.draw_text(t, &style(11.0, &ink), (x + 32, ly)).map_err(plot::err)?;
+        x += 32 + width(t, 11.0) + 24;
+        root.draw_text("name", &style(10.0, &RGBColor(0x33, 0x33, 0x33)), (x, ly + 1)).map_err(plot::err)?;
+        root.draw_text(": a function, where the flow first reaches it", &style(11.0, &ink), (x + width("name", 10.0) + 2, ly))
+            .map_err(plot::err)?;
+        let mut y = TOP;
+        if overview {
+            let area = root.clone().shrink((0, y), (W, ov_h - GAP));
+            area.draw_text(
+                &format!("overview: the {} flows below on one clock, each from its first step to its last", shown.len()),
+                &style(12.5, &ink),
+                (10, 6),
+            )
+            .map_err(plot::err)?;
+            let area = area.shrink((0, HEAD), (W, ov_h - GAP - HEAD));
+            let t0 = shown.iter().map(|(_, s, _)| s[0].ns).min().unwrap_or(0);
+            let t1 = shown.iter().map(|(_, s, _)| s.last().unwrap().ns).max().unwrap_or(t0);
+            let xmax = ((t1 - t0) as f64 / 1e3).max(1e-3);
+            let n = shown.len() as f64;
+            let rows: Vec<(f64, String)> =
+                shown.iter().enumerate().map(|(i, (id, _, _))| (n - i as f64 - 0.5, format!("flow {id:#x}"))).collect();
+            let mut chart = ChartBuilder::on(&area)
+                .margin_right(30)
+                .y_label_area_size(X0)
+                .x_label_area_size(AXIS)
+                .build_cartesian_2d(0f64..xmax, 0f64..n)
+                .map_err(plot::err)?;
+            let us = |v: &f64| plot::us(*v);
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .max_light_lines(0)
+                .x_labels(8)
+                .y_labels(0)
+                .x_label_formatter(&us)
+                .label_style((FAMILY, 10.5))
+                .axis_desc_style((FAMILY, 11.5))
+                .x_desc("µs since the first of these flows began")
+                .y_desc("flow")
+                .draw()
+                .map_err(plot::err)?;
+            chart
+                .draw_series(shown.iter().enumerate().map(|(i, (_, steps, _))| {
+                    let yc = n - i as f64 - 0.5;
+                    let a = (steps[0].ns - t0) as f64 / 1e3;
+                    let b = ((steps.last().unwrap().ns - t0) as f64 / 1e3).max(a + xmax / 400.0);
+                    Rectangle::new([(a, yc - 0.3), (b, yc + 0.3)], COLOURS[0].mix(0.75).filled())
+                }))
+                .map_err(plot::err)?;
+            names_left_of(&root, &chart, &rows, &style(10.5, &ink))?;
+            let right = Pos::new(HPos::Left, VPos::Center);
+            chart
+                .draw_series(shown.iter().enumerate().map(|(i, (_, steps, lanes))| {
+                    let yc = n - i as f64 - 0.5;
+                    let b = (steps.last().unwrap().ns - t0) as f64 / 1e3;
+                    let span = (steps.last().unwrap().ns - steps[0].ns) as f64 / 1e3;
+                    let what = format!(
+                        " {} steps, {} process{}, {span:.1} µs",
+                        steps.len(),
+                        lanes.len(),
+                        if lanes.len() == 1 { "" } else { "es" }
+                    );
+                    // past the middle, the note goes left of the bar's start
+                    let (x, pos) = if b > xmax * 0.6 {
+                        ((steps[0].ns - t0) as f64 / 1e3, Pos::new(HPos::Right, VPos::Center))
+                    } else {
+                        (b, right)
+                    };
+                    Text::new(what, (x, yc), style(10.0, &RGBColor(0x33, 0x33, 0x33)).pos(pos))
+                }))
+                .map_err(plot::err)?;
+            y += ov_h;
+        }
+        for (id, steps, lanes) in &shown {
+            let t0 = steps[0].ns;
+            let span = (steps.last().unwrap().ns - t0) as f64 / 1e3;
+            root.draw_text(
+                &format!(
+                    "flow {id:#x}: {} steps, {} process{}, {span:.1} µs{}",
+                    steps.len(),
+                    lanes.len(),
+                    if lanes.len() == 1 { "" } else { "es" },
+                    if cut_short(bufs, steps) { ", cut short? (a buffer it passed filled)" } else { "" }
+                ),
+                &style(12.5, &ink),
+                (10, (y + 6) as i32),
+            )
+            .map_err(plot::err)?;
+            let nl = lanes.len() as f64;
+            let area = root.clone().shrink((0, y + HEAD), (W, LANE * lanes.len() as u32 + AXIS));
+            let lane_y = |buf: usize| nl - lanes.iter().position(|&b| b == buf).unwrap_or(0) as f64 - 0.5;
+            let names: Vec<(f64, String)> = lanes.iter().map(|&b| (lane_y(b), lane_name(b))).collect();
+            let mut chart = ChartBuilder::on(&area)
+                .margin_right(30)
+                .y_label_area_size(X0)
+                .x_label_area_size(AXIS)
+                .build_cartesian_2d(0f64..span.max(1e-3), 0f64..nl)
+                .map_err(plot::err)?;
+            let us = |v: &f64| plot::us(*v);
+            chart
+                .configure_mesh()
+                .disable_mesh()
+                .x_labels(8)
+                .y_labels(0)
+                .x_label_formatter(&us)
+                .label_style((FAMILY, 10.5))
+                .axis_desc_style((FAMILY, 11.5))
+                .x_desc("µs since the flow's first step")
+                .y_desc("process")
+                .draw()
+                .map_err(plot::err)?;
+            let shades = [RGBColor(0xf7, 0xf7, 0xfa), RGBColor(0xee, 0xee, 0xf3)];
+            chart
+                .draw_series((0..lanes.len()).map(|k| {
+                    let top = nl - k as f64;
+                    Rectangle::new([(0.0, top), (span.max(1e-3), top - 1.0)], shades[k % 2].filled())
+                }))
+                .map_err(plot::err)?;
+            names_left_of(&root, &chart, &names, &style(10.5, &ink))?;
+            let at = |s: &Step| ((s.ns - t0) as f64 / 1e3, lane_y(s.buf));
+            chart.draw_series(std::iter::once(PathElement::new(steps.iter().map(at).collect::<Vec<_>>(), grey))).map_err(plot::err)?;
+            let colour = |s: &Step| COLOURS[lanes.iter().position(|&b| b == s.buf).unwrap_or(0) % COLOURS.len()];
+            chart.draw_series(steps.iter().map(|s| Circle::new(at(s), 3, colour(s).filled()))).map_err(plot::err)?;
+            titles.extend(steps.iter().map(|s| {
+                format!("{} {}:{} +{:.3} µs", s.function, short(&s.file), s.line, (s.ns - t0) as f64 / 1e3)
+            }));
+            // labels: three rows per lane (above, below, further above),
+            // each keeping where its last label ended, in pixels
+            let (px0, px1) = (chart.backend_coord(&(0.0, 0.0)).0, chart.backend_coord(&(span.max(1e-3), 0.0)).0);
+            let mut ends: HashMap<(usize, usize), i32> = HashMap::new();
+            let mut named: Vec<&str> = Vec::new();
+            let label_style = style(10.0, &RGBColor(0x33, 0x33, 0x33));
+            for s in steps.iter() {
+                if named.contains(&s.function.as_str()) {
+                    continue;
+                }
+                named.push(&s.function);
+                let (x, cy) = chart.backend_coord(&at(s));
+                let k = lanes.iter().position(|&b| b == s.buf).unwrap_or(0);
+                let w = root.estimate_text_size(&s.function, &label_style).map_or(6 * s.function.len() as i32, |(w, _)| w as i32);
+                let lx = x.min(px1 - w).max(px0 + 2);
+                for (row, dy) in [(0, -16), (1, 5), (2, -27)] {
+                    let end = ends.entry((k, row)).or_insert(i32::MIN);
+                    if lx > end.saturating_add(4) {
+                        *end = lx + w;
+                        root.draw_text(&s.function, &label_style, (lx, cy + dy)).map_err(plot::err)?;
+                        break;
+                    }
                 }
             }
+            y += HEAD + LANE * lanes.len() as u32 + AXIS + GAP;
         }
-        y += LANE * lanes.len() as f64;
-        // the time axis
-        let _ = writeln!(o, "<line x1=\"{X0}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\" stroke=\"#666\"/>", X0 + PW);
-        if span > 0.0 {
-            let step = tick(span);
-            let mut t = 0.0;
-            while t <= span * 1.0001 {
-                let x = X0 + t * scale;
-                let _ = writeln!(o, "<line x1=\"{x:.1}\" y1=\"{y}\" x2=\"{x:.1}\" y2=\"{}\" stroke=\"#666\"/>", y + 4.0);
-                let _ = writeln!(o, "<text x=\"{x:.1}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\" fill=\"#666\">{}</text>", y + 14.0, fmt_us(t));
-                t += step;
-            }
-        }
-        y += 26.0;
+        root.present().map_err(plot::err)?;
     }
-    o.push_str("</svg>\n");
+    Ok(with_titles(&out, &titles))
+}
+
+/// Names the rows of a chart (lanes, flows) left of its plot, each
+/// centred on its row: plotters' own tick labels are placed on round
+/// values, not on categories.
+fn names_left_of<DB: plotters::prelude::DrawingBackend>(
+    root: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    chart: &plotters::prelude::ChartContext<
+        DB,
+        plotters::coord::cartesian::Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    names: &[(f64, String)],
+    style: &plotters::style::TextStyle,
+) -> Result<()> {
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    let st = style.pos(Pos::new(HPos::Right, VPos::Center));
+    for (y, name) in names {
+        let (x, py) = chart.backend_coord(&(0.0, *y));
+        root.draw_text(name, &st, (x - 6, py)).map_err(bunkai_common::plot::err)?;
+    }
+    Ok(())
+}
+
+/// plotters writes no element titles, so each step's hover text is added
+/// to its dot afterwards: the dots are the picture's only circles, one a
+/// line, in the order they were drawn.
+fn with_titles(svg: &str, titles: &[String]) -> String {
+    let mut t = titles.iter();
+    let mut o = String::with_capacity(svg.len() + titles.iter().map(|x| x.len() + 30).sum::<usize>());
+    for line in svg.lines() {
+        let dot = line.strip_suffix("/>").filter(|_| line.starts_with("<circle "));
+        match dot.and_then(|d| Some((d, t.next()?))) {
+            Some((d, title)) => {
+                o.push_str(d);
+                o.push_str("><title>");
+                o.push_str(&esc(title));
+                o.push_str("</title></circle>");
+            }
+            None => o.push_str(line),
+        }
+        o.push('\n');
+    }
+    debug_assert!(t.next().is_none(), "fewer dots than steps");
     o
 }
 
-fn fmt_us(t: f64) -> String {
-    if t == 0.0 {
-        "0".into()
-    } else if t >= 10.0 {
-        format!("{t:.0}")
-    } else {
-        format!("{t:.2}").trim_end_matches('0').trim_end_matches('.').to_string()
+#[cfg(test)]
+mod svg_tests {
+    #[test]
+    fn each_dot_gets_its_steps_hover_text() {
+        let svg = "<svg>\n<circle cx=\"1\" r=\"3\"/>\n<text>\nf\n</text>\n<circle cx=\"2\" r=\"3\"/>\n</svg>\n";
+        let out = super::with_titles(svg, &["a <b> x.c:1".into(), "c".into()]);
+        assert_eq!(
+            out,
+            "<svg>\n<circle cx=\"1\" r=\"3\"><title>a &lt;b&gt; x.c:1</title></circle>\n<text>\nf\n</text>\n<circle cx=\"2\" r=\"3\"><title>c</title></circle>\n</svg>\n"
+        );
     }
 }

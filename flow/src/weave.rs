@@ -58,6 +58,37 @@ pub fn emit(a: &EmitOptions) -> Result<std::process::ExitCode> {
 /// unresolved symbol).
 const STRICT: &[&str] = &["-Werror=implicit-function-declaration", "-Werror=int-conversion", "-Werror=incompatible-pointer-types"];
 
+/// clang-14 on generated advice: `args` say what to make (-fsyntax-only,
+/// or -c), then the STRICT errors, bunkai's headers, no field guards if
+/// asked, and the user's --cflags; the caller adds the rest.
+fn advice_clang(inc: &Path, args: &[&str], no_field: bool, cflags: Option<&str>) -> std::process::Command {
+    let mut cc = std::process::Command::new("clang-14");
+    cc.args(args).args(STRICT).arg(format!("-I{}", inc.display()));
+    if no_field {
+        cc.arg("-DBKF_NO_FIELD_GUARD__");
+    }
+    if let Some(f) = cflags {
+        cc.args(f.split_whitespace());
+    }
+    cc
+}
+
+/// Compiles with field guards and, when that fails and the module has
+/// some, once more without them: an xout's guard needs offsetof its header
+/// member, which a bitfield has not (those sleds are then woven
+/// unguarded). The output kept, and whether it was built without them.
+fn with_field_fallback(
+    field_guarded: usize,
+    mut compile: impl FnMut(bool) -> Result<std::process::Output>,
+) -> Result<(std::process::Output, bool)> {
+    let out = compile(false)?;
+    if out.status.success() || field_guarded == 0 {
+        return Ok((out, false));
+    }
+    let again = compile(true)?;
+    Ok(if again.status.success() { (again, true) } else { (out, false) })
+}
+
 /// The advice's C errors for one program: the module `weave` would build
 /// (its sleds at link-time addresses), compiled with -fsyntax-only. The
 /// module's `#line` directives name the aspect file as `aspect_name`:
@@ -75,26 +106,13 @@ pub fn c_errors(aspect: &Aspect, aspect_name: &str, prog: &Program, cflags: Opti
     let c = dir.path().join("flow_check.c");
     std::fs::write(&c, g.named(aspect_name, "(generated)"))?;
     let inc = bunkai_common::install::helper_libdir()?.join("include");
-    let compile = |no_field: bool| -> Result<std::process::Output> {
-        let mut cc = std::process::Command::new("clang-14");
-        cc.args(["-fsyntax-only", "-fno-caret-diagnostics", "-fno-diagnostics-fixit-info"]).args(STRICT).arg(format!("-I{}", inc.display()));
-        if no_field {
-            cc.arg("-DBKF_NO_FIELD_GUARD__");
-        }
-        if let Some(f) = cflags {
-            cc.args(f.split_whitespace());
-        }
-        cc.arg(&c).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e} (scripts/install-deps.sh installs it)"))
-    };
-    let mut out = compile(false)?;
-    if !out.status.success() && g.field_guarded > 0 {
-        // as weave: an xout guard on a bitfield has no offsetof; those
-        // sleds are woven unguarded
-        let again = compile(true)?;
-        if again.status.success() {
-            out = again;
-        }
-    }
+    // as weave: without field guards if only they fail
+    let (out, _) = with_field_fallback(g.field_guarded, |no_field| {
+        advice_clang(&inc, &["-fsyntax-only", "-fno-caret-diagnostics", "-fno-diagnostics-fixit-info"], no_field, cflags)
+            .arg(&c)
+            .output()
+            .map_err(|e| anyhow::anyhow!("cannot run clang-14: {e} (scripts/install-deps.sh installs it)"))
+    })?;
     let mut e = CErrors { in_aspect: Vec::new(), generated: Vec::new() };
     if out.status.success() {
         return Ok(e);
@@ -374,38 +392,26 @@ fn build_module(a: &WeaveOptions, aspect: &Aspect, prog: &Program, bias: u64, mo
     let o = c.with_extension("o");
     std::fs::write(&c, g.named(&a.aspect.display().to_string(), &c.display().to_string()))?;
     let inc = bunkai_common::install::helper_libdir()?.join("include");
-    // an xout's guard needs offsetof its header member, which a bitfield
-    // has not: then those sleds are woven unguarded
+    // once built without field guards (see with_field_fallback), every
+    // later compile of this module is too
     let no_field = std::cell::Cell::new(false);
-    let compile_once = |extra: &[&str]| -> Result<std::process::Output> {
-        let mut cc = std::process::Command::new("clang-14");
-        cc.args(["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"]).args(STRICT).arg(format!("-I{}", inc.display()));
+    let compile_once = |extra: &[&str], nf: bool| -> Result<std::process::Output> {
+        let mut cc = advice_clang(&inc, &["-O2", "-c", "-fno-stack-protector", "-fcf-protection=none"], nf, a.cflags.as_deref());
         cc.args(extra);
         if a.no_guard {
             cc.arg("-DBKF_NO_GUARD__");
         }
-        if no_field.get() {
-            cc.arg("-DBKF_NO_FIELD_GUARD__");
-        }
         if let Some(b) = a.buffer_size {
             cc.arg(format!("-DBKF_BUF_SIZE__={b}ull"));
-        }
-        if let Some(f) = &a.cflags {
-            cc.args(f.split_whitespace());
         }
         cc.arg(&c).arg("-o").arg(&o).output().map_err(|e| anyhow::anyhow!("cannot run clang-14: {e}"))
     };
     let compile = |extra: &[&str]| -> Result<std::process::Output> {
-        let out = compile_once(extra)?;
-        if out.status.success() || a.no_guard || g.field_guarded == 0 || no_field.get() {
-            return Ok(out);
+        let guards = if a.no_guard || no_field.get() { 0 } else { g.field_guarded };
+        let (out, nf) = with_field_fallback(guards, |nf| compile_once(extra, nf || no_field.get()))?;
+        if nf {
+            no_field.set(true);
         }
-        no_field.set(true);
-        let again = compile_once(extra)?;
-        if again.status.success() {
-            return Ok(again);
-        }
-        no_field.set(false);
         Ok(out)
     };
     // First try a vector-free module: the trampoline then skips XSAVE/XRSTOR.

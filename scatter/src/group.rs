@@ -258,7 +258,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
 
     // Checksums and compression (with a dictionary when it pays): zstd -19
     // over every group twice, seconds for a large program.
-    let shown = bunkai_common::progress::Progress::new(opts.progress, "compressing the groups", None, "");
+    let shown = bunkai_common::progress::Progress::labelled(opts.progress, "compressing the groups", None, "");
     let datas: Vec<Vec<u8>> = (0..plan.len() as u32)
         .map(|gid| std::fs::read(tmp.path().join(group_file(gid))))
         .collect::<Result<_, _>>()?;

@@ -102,7 +102,7 @@ pub fn run(
         return Ok(Times::default());
     }
     let total = jobs.len() as u64;
-    let shown = Progress::new(progress, "lowering", Some(total), "libraries");
+    let shown = Progress::labelled(progress, "lowering", Some(total), "libraries");
     let bar = shown.bar();
     let times: Mutex<Times> = Mutex::new(Times::default());
     let workers = workers.clamp(1, jobs.len());

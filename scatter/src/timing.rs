@@ -33,7 +33,7 @@ impl Phases {
     /// Runs `f` as the phase `name`, with a spinner saying `doing` once it
     /// has taken a second.
     pub fn run<T>(&self, name: &str, doing: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let p = Progress::new(self.progress, doing, None, "");
+        let p = Progress::labelled(self.progress, doing, None, "");
         let r = f();
         self.add(name, p.finish());
         r

@@ -1224,13 +1224,24 @@ fn flow_ids_cross_the_ring(bitfield: bool) {
             .output_within(DEADLINE);
         assert!(o.status.success(), "{o:?}");
         let pic = std::fs::read_to_string(&svg).unwrap();
-        assert!(pic.starts_with("<svg ") && pic.trim_end().ends_with("</svg>"), "{pic}");
-        assert!(pic.contains("12 of 20 flows"), "{pic}");
+        let doc = roxmltree::Document::parse(&pic).unwrap_or_else(|e| panic!("not XML: {e}\n{pic}"));
+        assert_eq!(doc.root_element().tag_name().name(), "svg");
+        let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::trim).collect();
+        assert!(texts.iter().any(|t| t.contains("12 of 20 flows")), "{texts:?}");
+        // a dot per step, each with its hover text
         let steps: usize = flows[..12].iter().map(|f| f["steps"].as_array().unwrap().len()).sum();
-        assert_eq!(pic.matches("<circle ").count(), steps);
+        let dots: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("circle")).collect();
+        assert_eq!(dots.len(), steps);
+        assert!(dots.iter().all(|d| d.children().any(|c| c.has_tag_name("title"))), "a dot without its hover text");
         for f in ["front_alloc", "front_send", "back_recv", "back_free"] {
-            assert_eq!(pic.matches(&format!(">{f}</text>")).count(), 12, "{f} named once per flow");
+            assert_eq!(texts.iter().filter(|t| **t == f).count(), 12, "{f} named once per flow");
         }
+        // titled time axes with round ticks, the legend, and the overview
+        // of the 12 flows on one clock
+        assert_eq!(texts.iter().filter(|t| **t == "µs since the flow's first step").count(), 12, "{texts:?}");
+        assert!(texts.iter().any(|t| t.starts_with("a step, in its process's colour")), "{texts:?}");
+        assert!(texts.iter().any(|t| t.starts_with("overview: the 12 flows")), "{texts:?}");
+        assert!(texts.iter().filter(|t| **t == "0").count() >= 13, "{texts:?}");
     }
     for f in &flows {
         let names: Vec<&str> = f["steps"].as_array().unwrap().iter().map(|s| s["function"].as_str().unwrap()).collect();

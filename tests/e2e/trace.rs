@@ -176,6 +176,40 @@ fn windows_start_and_stop_where_asked() {
     assert_eq!(names, vec!["window"], "{names:?}");
 }
 
+/// Recording and reading say how far they are, labelled, on a terminal
+/// (here at once instead of after a second: BUNKAI_PROGRESS_AFTER_MS=0),
+/// and nothing when stderr is not one.
+#[test]
+fn progress_shows_on_a_terminal_only() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("seq.bkt");
+    let png = d.path().join("seq.png");
+    let b = bunkai();
+    let tty = |cmd: String| -> String {
+        let o = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .env("BUNKAI_PROGRESS_AFTER_MS", "0")
+            .env("VALGRIND_LIB", tool_dir())
+            .output_within(DEADLINE);
+        let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{cmd}: {shown}");
+        shown
+    };
+    // the command's output goes elsewhere, so the run itself shows too
+    let shown = tty(format!("{} trace record -o {} -- seq 300000 > /dev/null", b.display(), t.display()));
+    assert!(shown.contains("seq under Valgrind") || shown.contains("recording seq: "), "{shown:?}");
+    let shown = tty(format!("{} trace report {} > /dev/null", b.display(), t.display()));
+    assert!(shown.contains("counting instructions and pages: seq.bkt"), "{shown:?}");
+    let shown = tty(format!("{} trace pages {} -o {}", b.display(), t.display(), png.display()));
+    assert!(shown.contains("pages: seq.bkt") || shown.contains("cells: seq.bkt"), "{shown:?}");
+    for args in [vec!["trace", "report", t.to_str().unwrap()], vec!["trace", "pages", t.to_str().unwrap(), "-o", png.to_str().unwrap()]] {
+        let o = Command::new(&b).args(&args).env("BUNKAI_PROGRESS_AFTER_MS", "0").output_within(DEADLINE);
+        assert!(o.status.success(), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains(": seq.bkt"), "progress on a pipe: {err:?}");
+    }
+}
+
 #[test]
 fn threads_and_forked_children_are_traced() {
     let d = tempfile::tempdir().unwrap();
@@ -344,10 +378,21 @@ fn apache_request_from_accept_to_close() {
     assert_eq!(last["args"][0], first["result"], "closed the accepted descriptor");
     let svg = root.join("pages.svg");
     bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("apache2"));
+    // The SVG parses; Apache has a band in each panel; the axes and the
+    // colour scales are titled.
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("pages.svg is not XML: {e}"));
+    let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).map(str::trim).collect();
+    assert_eq!(texts.iter().filter(|t| t.starts_with("apache2 (")).count(), 2, "{texts:?}");
+    for t in ["time: instructions executed (all processes, in trace order)", "pages by address", "references per cell"] {
+        assert!(texts.contains(&t), "no {t:?} in {texts:?}");
+    }
     let png = root.join("pages.png");
-    bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap()]);
-    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"));
+    bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap(), "--width", "900", "--height", "600"]);
+    let head = std::fs::read(&png).unwrap();
+    assert!(head.starts_with(b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR"), "not a PNG");
+    let be = |i: usize| u32::from_be_bytes(head[i..i + 4].try_into().unwrap());
+    assert_eq!((be(16), be(20)), (900, 600), "the PNG's width and height");
     // What the picture shows, as JSON: two panels, Apache's pages in each,
     // the components adding up to the panel.
     let out = bunkai_ok(&["trace", "pages", trace.to_str().unwrap(), "-o", png.to_str().unwrap(), "--json"]);

@@ -62,6 +62,22 @@ fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
     assert!(summary["memory_references"].as_u64().unwrap() > instr / 10, "{summary}");
     assert!(summary["address_space_switches"].as_u64().is_some());
 
+    // --count-only: the same window followed, nothing recorded (QEMU's own
+    // speed, the record throughput's baseline): about as many instructions
+    // (another boot: the client's packets arrive at other moments), and
+    // no trace file; with -o it is a usage error.
+    let r = run(&["trace", "record", "--system", "--guest", g, "--get", "/index.html", "--json", "--count-only"], Duration::from_secs(900));
+    assert_eq!(r.code, Some(0), "record --system --count-only failed:\n{}", r.stderr);
+    let counted: serde_json::Value = serde_json::from_str(r.stderr.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("no JSON summary ({e}):\n{}", r.stderr));
+    assert_eq!(counted["count_only"], true, "{counted}");
+    let n = counted["instructions"].as_u64().unwrap();
+    assert!(n.abs_diff(instr) * 20 < instr, "counted {n} instructions, recorded {instr}: {counted}");
+    assert!(counted["million_instructions_per_second"].as_f64().unwrap() > 0.0, "{counted}");
+    let r = run(&["trace", "record", "--system", "--guest", g, "--count-only", "-o", t], Duration::from_secs(60));
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--count-only") && r.stderr.contains("--output"), "{}", r.stderr);
+
     // report: the kernel is measured, apache2 is the program.
     let r = run(&["trace", "report", "--json", t], Duration::from_secs(120));
     assert_eq!(r.code, Some(0), "report: {}", r.stderr);

@@ -82,6 +82,19 @@
  *                   into this segment's instructions, non-decreasing; 0 =
  *                   the instruction in flight, see below), v kind
  *                   (BKT_ACC_*), v size in bytes; then v end (BKT_END_*).
+ *   BKT_DEF_SEGP    (version 4; the QEMU plugin writes it) the same
+ *                   segment, packed. What it leaves out is carried from the
+ *                   DEFS message's previous SEGP (all zero at the start of
+ *                   every DEFS message): z id - (previous id + 1), v n_instr,
+ *                   z first address - previous first address; per
+ *                   instruction v w = length << 3 | jump << 2 | obj << 1 |
+ *                   func, then z (address - (previous instruction's address
+ *                   + its length)) if jump (never on the first), v object id
+ *                   if obj, v func id if func (without the bit, the previous
+ *                   instruction's, across segments); v n_acc, per access
+ *                   v (instruction - previous access's instruction) << 5 |
+ *                   kind << 3 | size code (0-6: 1 << code bytes;
+ *                   BKT_SEGP_SIZE_FOLLOWS: v size follows); then v end.
  *
  * A segment is a straight run of guest instructions ending at a side exit
  * or at the end of a Valgrind superblock. If a side exit is not taken, the
@@ -107,7 +120,7 @@
 #ifndef BUNKAI_TRACE_H
 #define BUNKAI_TRACE_H
 
-#define BKT_VERSION 3
+#define BKT_VERSION 4
 
 #define BKT_FILE_MAGIC "BKTRACE\0"
 #define BKT_CHUNK_MAGIC "BKCH"
@@ -137,6 +150,8 @@
 #define BKT_DEF_OBJECT 1
 #define BKT_DEF_FUNC 2
 #define BKT_DEF_SEG 3
+#define BKT_DEF_SEGP 4
+#define BKT_SEGP_SIZE_FOLLOWS 7
 
 /* Access kinds, as Valgrind's lackey names them. */
 #define BKT_ACC_LOAD 0   /* L */

@@ -19,6 +19,7 @@
 
 bk_buf bk_defs, bk_events;
 uint64_t bk_prev_seg, bk_prev_addr;
+bk_packed bk_pk;
 static int bk_fd = -1;
 
 static void bk_reserve(bk_buf *b, size_t more)
@@ -112,6 +113,7 @@ void bk_out_flush(void)
     if (bk_defs.n) {
         bk_out_send(BKT_CHUNK_DEFS, &bk_defs);
         bk_defs.n = 0;
+        memset(&bk_pk, 0, sizeof bk_pk);
     }
     if (bk_events.n) {
         bk_out_send(BKT_CHUNK_EVENTS, &bk_events);

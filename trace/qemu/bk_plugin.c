@@ -1,8 +1,10 @@
 /* bk_plugin.c: bunkai's QEMU TCG plugin: install, translation, execution.
  * `bunkai trace record --system` loads it into qemu-system-x86_64 as
- *   -plugin bunkai-qemu.so,arg=sock=S,arg=ksyms=F,arg=watch=W,arg=maps=M[,arg=mem=off][,arg=skip=N]
+ *   -plugin bunkai-qemu.so,arg=sock=S,arg=ksyms=F,arg=watch=W,arg=maps=M[,arg=mem=off][,arg=skip=N][,arg=count=on]
  * (skip: let N windows pass unrecorded, the recorder's warm-up requests;
- * start=N,stop=M[,exe=PATH]: a window on a program's own syscalls)
+ * start=N,stop=M[,exe=PATH]: a window on a program's own syscalls;
+ * count=on: follow the window and count its instructions, record nothing,
+ * for QEMU's own speed through it, the baseline of the record throughput)
  *
  * How it records: a translated block (TB) is the unit, as a Valgrind
  * superblock's segment is for the Valgrind tool. Each instruction adds 1 to
@@ -62,6 +64,7 @@ static uint64_t bk_acc_stale; /* reported by a faulted instruction's callbacks *
 static uint64_t bk_next_seg;
 static int bk_prev_kernel;
 static int bk_mem_on = 1;
+int bk_count_only;
 static bk_buf bk_seg;
 /* Armed: the recorder has written the server's maps, the request comes
  * next. Until then blocks get only the watch points (the boot runs at
@@ -118,12 +121,17 @@ static int bk_push_pop(const uint8_t *p, size_t n)
     return 0;
 }
 
+uint64_t bk_plugin_icount(void)
+{
+    return bk_icount;
+}
+
 /* Closes the block that ran: its segment (defined if new), its record. */
 void bk_plugin_finish_block(void)
 {
     bk_tb *t = bk_cur_tb;
     bk_cur_tb = NULL;
-    if (!t || !bk_rec)
+    if (!t || !bk_rec || bk_count_only)
         return;
     uint64_t ran = bk_icount - bk_tb_icount0;
     uint32_t n = ran >= t->n ? t->n : (ran ? (uint32_t)ran - 1 : 0);
@@ -151,25 +159,45 @@ void bk_plugin_finish_block(void)
         v->seg = ++bk_next_seg;
         v->next = t->vars;
         t->vars = v;
-        /* Functions are defined (into bk_defs) before the segment. */
+        /* Objects and functions are defined (into bk_defs) before the
+         * segment. The segment is packed (BKT_DEF_SEGP) against the DEFS
+         * message's previous one: a block's instructions follow each
+         * other, so only their lengths travel, and its object and
+         * function only where they change. */
         bk_seg.n = 0;
-        bk_put_v(&bk_seg, BKT_DEF_SEG);
-        bk_put_v(&bk_seg, v->seg);
+        bk_put_v(&bk_seg, BKT_DEF_SEGP);
+        bk_put_z(&bk_seg, (int64_t)(v->seg - (bk_pk.id + 1)));
         bk_put_v(&bk_seg, n);
+        uint64_t first = n ? t->addr[0] : bk_pk.first;
+        bk_put_z(&bk_seg, (int64_t)(first - bk_pk.first));
         for (uint32_t i = 0; i < n; i++) {
-            bk_put_v(&bk_seg, i == 0 ? t->addr[0] : t->addr[i] - t->addr[i - 1]);
-            bk_put_v(&bk_seg, t->len[i]);
-            bk_put_v(&bk_seg, bk_object_of(t->addr[i], server));
-            bk_put_v(&bk_seg, t->kernel ? bk_ksym_func(t->addr[i]) : 0);
+            uint64_t obj = bk_object_of(t->addr[i], server);
+            uint64_t fn = t->kernel ? bk_ksym_func(t->addr[i]) : 0;
+            uint64_t next = i ? t->addr[i - 1] + t->len[i - 1] : first;
+            uint64_t w = (uint64_t)t->len[i] << 3 | (uint64_t)(t->addr[i] != next) << 2 |
+                         (uint64_t)(obj != bk_pk.obj) << 1 | (uint64_t)(fn != bk_pk.func);
+            bk_put_v(&bk_seg, w);
+            if (w & 4)
+                bk_put_z(&bk_seg, (int64_t)(t->addr[i] - next));
+            if (w & 2)
+                bk_put_v(&bk_seg, bk_pk.obj = obj);
+            if (w & 1)
+                bk_put_v(&bk_seg, bk_pk.func = fn);
         }
         bk_put_v(&bk_seg, na);
+        uint32_t prev = 0;
         for (uint32_t k = 0; k < na; k++) {
-            uint32_t m = bk_acc_meta[k];
-            bk_put_v(&bk_seg, m >> 8);
-            bk_put_v(&bk_seg, (m >> 4) & 1 ? BKT_ACC_STORE : BKT_ACC_LOAD);
-            bk_put_v(&bk_seg, 1u << (m & 15));
+            uint32_t m = bk_acc_meta[k], shift = m & 15;
+            uint64_t code = shift <= 6 ? shift : BKT_SEGP_SIZE_FOLLOWS;
+            uint64_t kind = (m >> 4) & 1 ? BKT_ACC_STORE : BKT_ACC_LOAD;
+            bk_put_v(&bk_seg, (uint64_t)((m >> 8) - prev) << 5 | kind << 3 | code);
+            if (code == BKT_SEGP_SIZE_FOLLOWS)
+                bk_put_v(&bk_seg, 1ull << shift);
+            prev = m >> 8;
         }
         bk_put_v(&bk_seg, n < t->n || n == 0 ? BKT_END_OTHER : t->endk[n - 1]);
+        bk_pk.id = v->seg;
+        bk_pk.first = first;
         bk_put_bytes(&bk_defs, bk_seg.p, bk_seg.n);
     }
     int64_t d = (int64_t)(v->seg - bk_prev_seg);
@@ -261,7 +289,7 @@ static void bk_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         t->endk[i] = bk_end_kind(data, len);
         if (bk_armed)
             qemu_plugin_register_vcpu_insn_exec_inline(insn, QEMU_PLUGIN_INLINE_ADD_U64, &bk_icount, 1);
-        if (bk_mem_on && bk_armed)
+        if (bk_mem_on && bk_armed && !bk_count_only)
             qemu_plugin_register_vcpu_mem_cb(insn, bk_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
                                              (void *)(uintptr_t)i);
         if (!t->kernel)
@@ -361,6 +389,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
             skip = (unsigned)strtoul(v, NULL, 10);
         else if (!strcmp(k, "mem"))
             bk_mem_on = strcmp(v, "off") != 0;
+        else if (!strcmp(k, "count"))
+            bk_count_only = strcmp(v, "on") == 0;
         else {
             fprintf(stderr, "bunkai-qemu: unknown argument %s\n", k);
             return -1;

@@ -43,6 +43,13 @@ void bk_put_bytes(bk_buf *b, const void *p, size_t n);
 extern bk_buf bk_defs;   /* DEFS records not yet sent */
 extern bk_buf bk_events; /* the EVENTS message being filled */
 extern uint64_t bk_prev_seg, bk_prev_addr; /* reset per EVENTS message */
+/* What the next BKT_DEF_SEGP is packed against: the DEFS message's
+ * previous one (segment id, first address, object, function); reset per
+ * DEFS message. */
+typedef struct {
+    uint64_t id, first, obj, func;
+} bk_packed;
+extern bk_packed bk_pk;
 
 int bk_out_connect(const char *path);
 void bk_out_send(int kind, const bk_buf *b);
@@ -87,6 +94,10 @@ extern bk_task *bk_cur;    /* the task running */
 extern int bk_rec;         /* recording (inside the window) */
 extern bk_task *bk_win_task;
 extern uint64_t bk_instr, bk_memrefs, bk_syscalls, bk_traps, bk_asids;
+/* count=on: the window is followed, nothing recorded; bk_instr is then
+ * the inline counter's advance across the window. */
+extern int bk_count_only;
+uint64_t bk_plugin_icount(void); /* instructions begun since arming */
 
 void bk_task_set(uint64_t stack_addr);
 void bk_task_watch(const bk_watch *w);

@@ -41,6 +41,7 @@ static int bk_win_done;
 static const char *bk_maps_path;
 static uint64_t bk_last_tid;
 static uint64_t bk_open_ns; /* host CLOCK_MONOTONIC when the window opened */
+static uint64_t bk_open_icount; /* bk_plugin_icount() then (count=on) */
 static unsigned bk_skip;    /* windows to let pass unrecorded (warm-up) */
 static int bk_start_sys = -1, bk_stop_sys = -1; /* a window on these instead */
 static const char *bk_exe = "/usr/sbin/apache2";
@@ -168,6 +169,7 @@ static void bk_open_window(bk_task *t)
     bk_win_task = t;
     bk_rec = 1;
     bk_open_ns = bk_now_ns();
+    bk_open_icount = bk_plugin_icount();
     bk_last_tid = 0;
     bk_window_event(1, BKT_WIN_SYSCALL);
     bk_thread_event();
@@ -229,6 +231,8 @@ void bk_task_end(void)
         return;
     bk_rec = 0;
     bk_win_done = 1;
+    if (bk_count_only)
+        bk_instr = bk_plugin_icount() - bk_open_icount;
     /* The window's host times, for the recorder's throughput figure. */
     if (bk_maps_path) {
         char p[4096];

@@ -43,7 +43,10 @@ pub struct CallsOptions {
 /// Prints the call tree of the trace's threads as text, as JSON, or writes
 /// it as a Chrome trace.
 pub fn run(a: &CallsOptions) -> Result<ExitCode> {
-    let trace = Trace::load(&a.file)?;
+    let mut trace = Trace::load(&a.file)?;
+    // Progress only while the frames are collected for --chrome: the
+    // plain listing streams to stdout as it goes.
+    trace.progress = a.chrome.is_some() && !a.json && bunkai_common::progress::on_terminal();
     let sel = trace.select(a.stream)?;
     let max_depth = a.depth.unwrap_or(usize::MAX);
     if a.json || a.chrome.is_some() {
@@ -341,7 +344,7 @@ impl<S: CallSink> Tracker<'_, S> {
 pub fn walk<S: CallSink>(trace: &Trace, sel: &[usize], sink: &mut S) -> Result<()> {
     let mut tr = Tracker { trace, sink, threads: FxHashMap::default(), now: vec![0; trace.streams.len()] };
     let mut err = None;
-    trace.visit(sel, |pos, item| {
+    trace.visit_as("following the calls", sel, |pos, item| {
         let s = pos.stream;
         let r = match item {
             Item::Exec { seg, .. } => {

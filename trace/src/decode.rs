@@ -37,6 +37,8 @@ pub const F_SYSTEM: u64 = 4;
 pub const DEF_OBJECT: u64 = 1;
 pub const DEF_FUNC: u64 = 2;
 pub const DEF_SEG: u64 = 3;
+/// A segment packed (format version 4): see trace/include/bunkai_trace.h.
+pub const DEF_SEGP: u64 = 4;
 
 pub const ACC_LOAD: u8 = 0;
 pub const ACC_STORE: u8 = 1;
@@ -533,6 +535,9 @@ impl Visited {
 pub struct Trace {
     pub file: TraceFile,
     pub streams: Vec<Stream>,
+    /// Whether a visit shows its progress on stderr (after a second): the
+    /// commands set it on a terminal, when nothing streams to stdout.
+    pub progress: bool,
 }
 
 enum DecErr {
@@ -626,7 +631,7 @@ impl Trace {
         for st in &mut streams {
             st.resolve_in_flight();
         }
-        Ok(Trace { file, streams })
+        Ok(Trace { file, streams, progress: false })
     }
 
     /// The index of the stream with this stream id, or else of the first
@@ -660,7 +665,16 @@ impl Trace {
     /// Walks the EVENTS chunks of the given streams (indices into
     /// `streams`) in file order and calls `f` for every record. `f` returns
     /// `ControlFlow::Break` to stop early.
-    pub fn visit<F>(&self, streams: &[usize], mut f: F) -> Result<Visited>
+    pub fn visit<F>(&self, streams: &[usize], f: F) -> Result<Visited>
+    where
+        F: FnMut(&Pos, Item<'_>) -> ControlFlow<()>,
+    {
+        self.visit_as("reading the trace", streams, f)
+    }
+
+    /// `visit`, its progress (with `progress` set) labelled `what`: the
+    /// stored bytes of the chunks decoded, of all.
+    pub fn visit_as<F>(&self, what: &str, streams: &[usize], mut f: F) -> Result<Visited>
     where
         F: FnMut(&Pos, Item<'_>) -> ControlFlow<()>,
     {
@@ -678,6 +692,12 @@ impl Trace {
             .filter(|(i, _)| wanted[*i])
             .collect();
 
+        let progress = bunkai_common::progress::Progress::new(
+            "  {msg} {bar:30} {bytes}/{total_bytes} ({eta} left)",
+            Some(chunks.iter().map(|(_, c)| c.stored_len as u64).sum()),
+            self.progress,
+        );
+        progress.phase(format!("{what}: {}", self.file.path.file_name().unwrap_or_default().to_string_lossy()));
         let mut tid = vec![1u64; self.streams.len()];
         let mut instr = vec![0u64; self.streams.len()];
         let mut total = Visited::default();
@@ -713,6 +733,7 @@ impl Trace {
                 let mut pos =
                     Pos { stream: *si, tid: tid[*si], instr: instr[*si], global: total.instructions, chunk: c.offset };
                 let r = decode_events(st, &raw, &mut pos, &mut total, &mut addrs, &mut f);
+                progress.bar().inc(c.stored_len as u64);
                 tid[*si] = pos.tid;
                 instr[*si] = pos.instr;
                 match r {
@@ -821,15 +842,96 @@ fn small(v: u64, what: &str) -> Result<u32, DecErr> {
 
 fn parse_defs(st: &mut Stream, raw: &[u8], offset: u64) -> Result<(), (DecErr, usize)> {
     let mut c = Cursor::new(raw);
+    let mut pk = Packed::default();
     while !c.done() {
         let at = c.pos;
-        parse_def(st, &mut c, offset).map_err(|e| (e, at))?;
+        parse_def(st, &mut c, offset, &mut pk).map_err(|e| (e, at))?;
     }
     Ok(())
 }
 
-fn parse_def(st: &mut Stream, c: &mut Cursor, offset: u64) -> Result<(), DecErr> {
+/// What a packed segment (DEF_SEGP) leaves out, carried from the DEFS
+/// message's previous one: all zero at the start of every message.
+#[derive(Default)]
+pub struct Packed {
+    pub id: u64,
+    pub first: u64,
+    pub obj: u64,
+    pub func: u64,
+}
+
+/// DEF_SEGP's access word: (instruction delta) << 5 | kind << 3 | size code
+/// (0-6: 1 << code bytes; 7: the size follows as a varint).
+pub const SEGP_SIZE_FOLLOWS: u64 = 7;
+
+fn parse_segp(st: &mut Stream, c: &mut Cursor, offset: u64, pk: &mut Packed) -> Result<(), DecErr> {
+    let id = pk.id.wrapping_add(1).wrapping_add(c.z()? as u64);
+    pk.id = id;
+    let n = c.v()?;
+    let left = (c.buf.len() - c.pos) as u64;
+    // A packed instruction takes at least a byte, an access too.
+    if n > left {
+        return Err(DecErr::Msg(format!("segment {id} claims {n} instructions in {left} bytes")));
+    }
+    let first = pk.first.wrapping_add(c.z()? as u64);
+    pk.first = first;
+    let mut insns: Vec<Insn> = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let w = c.v()?;
+        let len = small(w >> 3, "instruction length")?;
+        let addr = match insns.last() {
+            None if w & 4 != 0 => return Err(DecErr::Msg(format!("segment {id}: its first instruction jumps"))),
+            None => first,
+            Some(p) => {
+                let next = p.addr.wrapping_add(p.len as u64);
+                if w & 4 != 0 {
+                    next.wrapping_add(c.z()? as u64)
+                } else {
+                    next
+                }
+            }
+        };
+        if w & 2 != 0 {
+            pk.obj = c.v()?;
+        }
+        if w & 1 != 0 {
+            pk.func = c.v()?;
+        }
+        insns.push(Insn { addr, len, obj: pk.obj, func: pk.func });
+    }
+    let nacc = c.v()?;
+    let left = (c.buf.len() - c.pos) as u64;
+    if nacc > left {
+        return Err(DecErr::Msg(format!("segment {id} claims {nacc} accesses in {left} bytes")));
+    }
+    let mut accs = Vec::with_capacity(nacc as usize);
+    let mut insn = 0u64;
+    for _ in 0..nacc {
+        let a = c.v()?;
+        insn = insn.checked_add(a >> 5).filter(|&i| i <= n).ok_or_else(|| {
+            DecErr::Msg(format!("segment {id}: an access past its last instruction (the segment has {n})"))
+        })?;
+        let kind = (a >> 3) & 3;
+        if kind > ACC_MODIFY as u64 {
+            return Err(DecErr::Msg(format!("segment {id}: unknown access kind {kind}")));
+        }
+        let size = match a & 7 {
+            SEGP_SIZE_FOLLOWS => small(c.v()?, "access size")?,
+            code => 1u32 << code,
+        };
+        accs.push(Access { insn: insn as u32, kind: kind as u8, size });
+    }
+    let end = c.v()?;
+    if end > END_FATAL as u64 {
+        return Err(DecErr::Msg(format!("segment {id}: unknown end kind {end}")));
+    }
+    st.add_seg(Seg { id, insns, accs, end: end as u8, def_offset: offset, in_flight: None })?;
+    Ok(())
+}
+
+fn parse_def(st: &mut Stream, c: &mut Cursor, offset: u64, pk: &mut Packed) -> Result<(), DecErr> {
     match c.v()? {
+        DEF_SEGP => parse_segp(st, c, offset, pk)?,
         DEF_OBJECT => {
             let o = Object { id: c.v()?, name: c.s()?, map_start: c.v()?, map_end: c.v()?, file_offset: c.v()? };
             st.objects.insert(o.id, o);

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The oldest version this reader still reads (no CUT chunks, a BYE of
 /// four fields).
 pub const OLDEST_VERSION: u32 = 1;

@@ -213,6 +213,8 @@ pub(crate) struct Totals {
     pub(crate) memrefs: AtomicU64,
     pub(crate) dropped: AtomicU64,
     pub(crate) dropped_instructions: AtomicU64,
+    /// Bytes of messages received, for the progress line.
+    pub(crate) received: AtomicU64,
 }
 
 /// How one connection ended.
@@ -292,6 +294,7 @@ pub(crate) fn serve_conn(
         }
         let mut raw = vec![0u8; len];
         let got = read_full(&mut s, &mut raw)?;
+        totals.received.fetch_add(8 + got as u64, Ordering::Relaxed);
         if got < len {
             end.partial = (8 + got) as u64;
             return Ok(end);
@@ -426,6 +429,18 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
     let (tx, writer_thread) = spawn_writer(writer);
     let totals = Arc::new(Totals::default());
     let next_stream = Arc::new(AtomicU32::new(1));
+    // Progress on a terminal; while the command runs only if its output
+    // (our stdout, which it inherits) is not that terminal, so that the
+    // progress line and the program's own lines do not interleave.
+    let on_tty = !a.json && bunkai_common::progress::on_terminal();
+    let quiet_run = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let spinner = || bunkai_common::progress::Progress::spinner(on_tty);
+    let mut progress = if quiet_run { None } else { Some(spinner()) };
+    let name = program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(p) = &progress {
+        p.phase(format!("starting {name} under Valgrind"));
+    }
+    let mut shown = Instant::now();
 
     // Accept connections until the command has exited and every stream has
     // ended; streams of processes that outlive the command get a grace period.
@@ -456,6 +471,18 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
             let open = conns.iter().filter(|h| !h.is_finished()).count();
             if open == 0 || exited_at.map(|t| t.elapsed() > grace).unwrap_or(false) {
                 break;
+            }
+        }
+        if shown.elapsed() > Duration::from_millis(200) {
+            shown = Instant::now();
+            let got = indicatif::HumanBytes(totals.received.load(Ordering::Relaxed));
+            let streams = totals.streams.load(Ordering::Relaxed);
+            if status.is_some() {
+                progress
+                    .get_or_insert_with(spinner)
+                    .phase(format!("{name} exited; waiting for its processes' streams to end ({got} received)"));
+            } else if let Some(p) = &progress {
+                p.phase(format!("recording {name}: {streams} stream(s), {got} received"));
             }
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -507,6 +534,8 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
         }
     }
     drop(tx);
+    let progress = progress.unwrap_or_else(spinner);
+    progress.phase("writing the trace");
     if stragglers > 0 {
         eprintln!(
             "bunkai trace: {stragglers} traced process(es) still running {} s after the command exited; their streams end here",
@@ -527,12 +556,14 @@ pub fn run(a: &RecordOptions) -> Result<ExitCode> {
     // Streams without BYE (cut, or exec'd) have no totals of the tool's:
     // count what the trace holds of them.
     if !no_bye.is_empty() {
+        progress.phase("counting the streams that ended without their totals");
         let t = crate::decode::Trace::load(&a.output)?;
         let sel: Vec<usize> = (0..t.streams.len()).filter(|&i| no_bye.contains(&t.streams[i].id)).collect();
         let v = t.visit(&sel, |_, _| std::ops::ControlFlow::Continue(()))?;
         instr += v.instructions;
         mem += v.memory_references;
     }
+    drop(progress);
     let dropped = totals.dropped.load(Ordering::SeqCst);
     let dropped_instr = totals.dropped_instructions.load(Ordering::SeqCst);
     let per = if instr > 0 { bytes as f64 / instr as f64 } else { 0.0 };

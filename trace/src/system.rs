@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 /// `record --system`'s options.
 #[derive(Debug)]
 pub struct SystemOptions {
-    pub output: PathBuf,
+    /// None with `count_only`.
+    pub output: Option<PathBuf>,
     /// Directory with vmlinuz, initrd.gz, System.map (`make guest`).
     pub guest: PathBuf,
     /// The HTTP path to GET inside the window.
@@ -52,6 +53,9 @@ pub struct SystemOptions {
     pub start_syscall: Option<String>,
     /// ...to the same task's return from this one.
     pub stop_syscall: Option<String>,
+    /// Record nothing: the plugin follows the window and counts its
+    /// instructions (QEMU's own speed through it, the baseline).
+    pub count_only: bool,
 }
 
 /// One text symbol of System.map.
@@ -178,6 +182,11 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     let watch_path = dir.path().join("watch");
     let maps_path = dir.path().join("maps");
     std::fs::write(&watch_path, watch)?;
+    // --count-only: the plugin still says HELLO and BYE; that trace stays here.
+    let output = match &o.output {
+        Some(p) if !o.count_only => p.clone(),
+        _ => dir.path().join("count.bkt"),
+    };
     let listener = UnixListener::bind(&sock).with_context(|| format!("cannot listen on {}", sock.display()))?;
     listener.set_nonblocking(true)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
@@ -188,6 +197,9 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     }
     if o.no_mem {
         plugin_arg.push(",arg=mem=off");
+    }
+    if o.count_only {
+        plugin_arg.push(",arg=count=on");
     }
     if o.warmup > 0 {
         plugin_arg.push(format!(",arg=skip={}", o.warmup));
@@ -227,7 +239,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         },
         "started_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
     });
-    let out_dir = match o.output.parent() {
+    let out_dir = match output.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
@@ -244,7 +256,10 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
             Ok(())
         });
     }
-    let writer = Writer::create(&o.output, &meta, o.level).with_context(|| format!("cannot write {}", o.output.display()))?;
+    let writer = Writer::create(&output, &meta, o.level).with_context(|| format!("cannot write {}", output.display()))?;
+    // Every phase is labelled on a terminal (boot alone takes about a minute).
+    let progress = bunkai_common::progress::Progress::spinner(!o.json && bunkai_common::progress::on_terminal());
+    progress.phase("starting QEMU");
     let t0 = Instant::now();
     let mut child = q.spawn().context("cannot start qemu-system-x86_64 (install it: scripts/install-deps.sh)")?;
     let stderr = child.stderr.take().unwrap();
@@ -296,6 +311,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
             }
         }
     });
+    progress.phase("booting the guest to Apache (QEMU's TCG, about a minute)");
     let boot_deadline = t0 + Duration::from_secs(o.boot_timeout);
     let mut maps = String::new();
     let mut console = Vec::new();
@@ -334,6 +350,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     std::fs::rename(&tmp, &maps_path)?;
     // The plugin instruments every block once it sees the maps (at the
     // next interrupt) and says so; the request waits for that.
+    progress.phase("waiting for the plugin to arm");
     let armed = dir.path().join("maps.armed");
     let arm_deadline = Instant::now() + Duration::from_secs(60);
     while !armed.exists() {
@@ -347,10 +364,12 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     // Warm-up requests (the plugin lets their windows pass), then the
     // request, and the window the plugin closes.
     for i in 0..o.warmup {
+        progress.phase(format!("warm-up GET {} ({} of {})", o.get, i + 1, o.warmup));
         if let Err(e) = http_get(port, &o.get, Duration::from_secs(o.timeout)) {
             return Err(fail(&mut child, format!("warm-up GET {} ({} of {}) failed: {e:#}", o.get, i + 1, o.warmup)));
         }
     }
+    progress.phase(format!("GET {}: recording its window", o.get));
     let t_req = Instant::now();
     let req_ns = monotonic_ns();
     let deadline = t_req + Duration::from_secs(o.timeout);
@@ -377,6 +396,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         let _ = tx.send(Msg { stream: end.stream, kind: format::CHUNK_CUT, raw_len, compressed: None, raw: p });
     }
     drop(tx);
+    progress.phase("writing the trace");
     let writer = writer_thread.join().map_err(|_| anyhow::anyhow!("the trace writer panicked"))??;
     if end.stream == 0 {
         drop(writer);
@@ -401,8 +421,14 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         Err(_) => (0.0, 0.0),
     };
     // Counts from the trace itself: kernel share, syscalls, traps.
-    let t = crate::decode::Trace::load(&o.output)?;
+    if o.count_only {
+        drop(progress);
+        return count_only_summary(o, booted, window_done, window_instructions(&dir.path().join("maps.window")), window_s, &response);
+    }
+    progress.phase("counting what the trace holds");
+    let t = crate::decode::Trace::load(&output)?;
     let c = count(&t)?;
+    drop(progress);
     let per = if c.instructions > 0 { bytes as f64 / c.instructions as f64 } else { 0.0 };
     let rate = if window_s > 0.0 { c.instructions as f64 / window_s / 1e6 } else { 0.0 };
     let kshare = if c.instructions > 0 { 100.0 * c.kernel as f64 / c.instructions as f64 } else { 0.0 };
@@ -410,7 +436,7 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         eprintln!(
             "{}",
             serde_json::json!({
-                "output": o.output, "bytes": bytes, "instructions": c.instructions, "kernel_instructions": c.kernel,
+                "output": output, "bytes": bytes, "instructions": c.instructions, "kernel_instructions": c.kernel,
                 "memory_references": c.memrefs, "syscalls": c.syscalls, "interrupts": c.interrupts,
                 "exceptions": c.exceptions, "address_space_switches": c.asids,
                 "bytes_per_instruction": per, "boot_seconds": booted.as_secs_f64(),
@@ -438,9 +464,51 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
             c.interrupts,
             c.exceptions,
             c.asids,
-            o.output.display(),
+            output.display(),
             commas(bytes),
             per,
+            rate
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The instructions the plugin counted in the window (maps.window's third
+/// number), 0 if it never closed.
+fn window_instructions(path: &Path) -> u64 {
+    std::fs::read_to_string(path).ok().and_then(|w| w.split_whitespace().nth(2)?.parse().ok()).unwrap_or(0)
+}
+
+/// `--count-only`'s summary: QEMU's own speed through the window.
+fn count_only_summary(
+    o: &SystemOptions,
+    booted: Duration,
+    window_done: bool,
+    instructions: u64,
+    window_s: f64,
+    response: &Response,
+) -> Result<ExitCode> {
+    if !window_done || instructions == 0 || window_s <= 0.0 {
+        bail!("the window did not close within {} s of the request: nothing was counted (give a larger --timeout)", o.timeout);
+    }
+    let rate = instructions as f64 / window_s / 1e6;
+    if o.json {
+        eprintln!(
+            "{}",
+            serde_json::json!({
+                "count_only": true, "instructions": instructions, "window_seconds": window_s,
+                "million_instructions_per_second": rate, "boot_seconds": booted.as_secs_f64(),
+                "http_status": response.status_line, "response_bytes": response.body_len,
+            })
+        );
+    } else {
+        eprintln!(
+            "bunkai trace: system, counting only: guest booted in {:.1} s; GET {} ({}), window of {:.3} s: {} instructions, {:.1} M instructions/s (QEMU with the plugin loaded, nothing recorded)",
+            booted.as_secs_f64(),
+            o.get,
+            response.status_line,
+            window_s,
+            commas(instructions),
             rate
         );
     }

@@ -23,6 +23,10 @@ use std::path::Path;
 #[derive(Default, Clone)]
 pub struct Defs {
     pub buf: Vec<u8>,
+    /// What the next packed segment is encoded against (`segp`).
+    pk: (u64, u64, u64, u64),
+    /// `run` writes packed segments (DEF_SEGP), as the QEMU plugin does.
+    pub packed: bool,
 }
 
 impl Defs {
@@ -70,6 +74,44 @@ impl Defs {
         put_v(&mut self.buf, end as u64);
         self
     }
+    /// The same segment as `seg`, packed (DEF_SEGP), the way the QEMU
+    /// plugin encodes it: against the message's previous packed segment.
+    pub fn segp(&mut self, id: u64, insns: &[(u64, u64, u64, u64)], accs: &[(u64, u8, u64)], end: u8) -> &mut Self {
+        let (pid, pfirst, mut pobj, mut pfunc) = self.pk;
+        put_v(&mut self.buf, DEF_SEGP);
+        put_z(&mut self.buf, id.wrapping_sub(pid.wrapping_add(1)) as i64);
+        put_v(&mut self.buf, insns.len() as u64);
+        let first = insns.first().map_or(pfirst, |i| i.0);
+        put_z(&mut self.buf, first.wrapping_sub(pfirst) as i64);
+        let mut next = None;
+        for &(addr, len, obj, func) in insns {
+            let jump = next.is_some_and(|n| n != addr);
+            put_v(&mut self.buf, len << 3 | (jump as u64) << 2 | ((obj != pobj) as u64) << 1 | (func != pfunc) as u64);
+            if jump {
+                put_z(&mut self.buf, addr.wrapping_sub(next.unwrap()) as i64);
+            }
+            if obj != pobj {
+                put_v(&mut self.buf, obj);
+            }
+            if func != pfunc {
+                put_v(&mut self.buf, func);
+            }
+            (pobj, pfunc, next) = (obj, func, Some(addr.wrapping_add(len)));
+        }
+        put_v(&mut self.buf, accs.len() as u64);
+        let mut prev = 0;
+        for &(i, kind, size) in accs {
+            let code = if size.is_power_of_two() && size <= 64 { size.trailing_zeros() as u64 } else { SEGP_SIZE_FOLLOWS };
+            put_v(&mut self.buf, (i - prev) << 5 | (kind as u64) << 3 | code);
+            if code == SEGP_SIZE_FOLLOWS {
+                put_v(&mut self.buf, size);
+            }
+            prev = i;
+        }
+        put_v(&mut self.buf, end as u64);
+        self.pk = (id, first, pobj, pfunc);
+        self
+    }
     #[allow(clippy::too_many_arguments)]
     /// A straight run of `n` instructions of `len` bytes from `start`.
     pub fn run(
@@ -84,7 +126,11 @@ impl Defs {
         end: u8,
     ) -> &mut Self {
         let insns: Vec<_> = (0..n).map(|i| (start + i * len, len, obj, func)).collect();
-        self.seg(id, &insns, accs, end)
+        if self.packed {
+            self.segp(id, &insns, accs, end)
+        } else {
+            self.seg(id, &insns, accs, end)
+        }
     }
 }
 

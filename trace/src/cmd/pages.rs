@@ -35,7 +35,8 @@ pub struct PagesArgs {
 
 pub fn run(a: PagesArgs) -> Result<ExitCode> {
     let format = Format::of(&a.output)?;
-    let trace = Trace::load(&a.file)?;
+    let mut trace = Trace::load(&a.file)?;
+    trace.progress = !a.json && bunkai_common::progress::on_terminal();
     let pic = Picture::build(&trace, a.width, a.height)?;
     pic.write(&a.output, format)?;
     if a.json {

@@ -23,13 +23,15 @@ Examples:\n  \
   # a function of a library loaded with dlopen, or of a program the command execs:\n  \
   bunkai trace record -o m.bkt --start-func php_execute_script@libphp8.2.so -- apache2 -X\n  \
   # the whole machine (kernel and Apache) for one request (make guest first):\n  \
-  bunkai trace record --system --guest build/guest --get /index.html -o sys.bkt\n\n\
+  bunkai trace record --system --guest build/guest --get /index.html -o sys.bkt\n  \
+  # QEMU's own speed through the same window, nothing recorded:\n  \
+  bunkai trace record --system --guest build/guest --get /index.html --count-only\n\n\
 A function name is checked against the program and the libraries it links before anything \
 runs (a stripped program names only what it exports; main is not among them).")]
 pub struct RecordArgs {
     /// Output trace file (written to a temporary file, renamed at the end)
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
+    #[arg(short = 'o', long = "output", value_name = "FILE", required_unless_present = "count_only")]
+    pub output: Option<PathBuf>,
     /// Open the window when this syscall returns successfully (names or
     /// numbers, comma-separated; "accept" also means accept4); after
     /// --start-func's function has been entered, if it is given
@@ -100,6 +102,11 @@ pub struct RecordArgs {
     /// (a warm server and warm translations; default: the first request)
     #[arg(long, value_name = "N", default_value_t = 0, requires = "system")]
     pub warmup: u32,
+    /// With --system: record nothing, count the window's instructions only
+    /// (QEMU's own speed through the same window with the plugin loaded
+    /// but not recording: the baseline of the record throughput); no -o
+    #[arg(long, requires = "system", conflicts_with_all = ["output", "no_mem", "level"])]
+    pub count_only: bool,
     /// With --system: seconds the guest may take to boot
     #[arg(long, value_name = "S", default_value_t = 300, requires = "system")]
     pub boot_timeout: u64,
@@ -114,13 +121,15 @@ pub struct RecordArgs {
 pub fn run(a: RecordArgs) -> Result<ExitCode> {
     let RecordArgs {
         output, start_syscall, stop_syscall, stop_at_close, start_func, stop_func, skip, max, objects, no_mem,
-        buffer, no_children, level, json, verbose, system, guest, get, warmup, boot_timeout, timeout, command,
+        buffer, no_children, level, json, verbose, system, guest, get, warmup, count_only, boot_timeout, timeout, command,
     } = a;
     if system {
         return crate::system::run(&crate::system::SystemOptions {
             output, guest, get, warmup, no_mem, level, json, verbose, boot_timeout, timeout, start_syscall, stop_syscall,
+            count_only,
         });
     }
+    let output = output.expect("clap requires -o without --count-only");
     record::run(&RecordOptions {
         output, start_syscall, stop_syscall, stop_at_close, start_func, stop_func, skip, max, objects, no_mem,
         buffer, no_children, level, json, verbose, command,

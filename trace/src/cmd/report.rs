@@ -41,7 +41,8 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
             anyhow::bail!("--seconds {s} is not a positive number of seconds (give e.g. --seconds 0.00818)");
         }
     }
-    let trace = Trace::load(&a.file)?;
+    let mut trace = Trace::load(&a.file)?;
+    trace.progress = !a.json && bunkai_common::progress::on_terminal();
     let r = report(&trace, &ReportOptions { cpu, cycles: a.cycles, seconds: a.seconds })?;
     decode::to_stdout(|w| {
         if a.json {

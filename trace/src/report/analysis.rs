@@ -176,7 +176,7 @@ pub fn analyze(trace: &Trace) -> Result<Analysis> {
     let mut last = (usize::MAX, 0u32, 0u64);
     let mut run = 0u64;
     let all: Vec<usize> = (0..trace.streams.len()).collect();
-    let visited = trace.visit(&all, |pos, item| {
+    let visited = trace.visit_as("counting instructions and pages", &all, |pos, item| {
         let s = pos.stream;
         match item {
             Item::Exec { seg_pos, addrs, .. } => {
