@@ -77,10 +77,11 @@ test: all fetch-sqlite fetch-zlib fetch-memcached fetch-apache
 bench: bench-scatter bench-mod bench-trace bench-trace-system bench-share bench-flow bench-cli
 
 bench-scatter: all fetch-sqlite
-	@echo "make bench-scatter: over 100 minutes: Tables 3-7 with Vim (bench/scatter/run.sh; not timed in full, its --quick run took 43 minutes), every exit over HTTP (9 minutes, bench/results/scatter-exits.md), Table 8 over a narrow network (about 50 minutes, docs/scatter.md)"
+	@echo "make bench-scatter: over 100 minutes: Tables 3-7 with Vim (bench/scatter/run.sh; not timed in full, its --quick run took 43 minutes), every exit over HTTP (9 minutes, bench/results/scatter-exits.md), Table 8 over a narrow network (about 50 minutes, docs/scatter.md), how long a scatter takes (about 3 minutes at load average 3.5, bench/results/scatter-speed.md)"
 	@bash bench/scatter/run.sh
 	@python3 bench/scatter/exits.py
 	@bash bench/scatter/net.sh
+	@python3 bench/scatter/speed.py
 
 bench-mod: all
 	@echo "make bench-mod: about 100 minutes: Table 1 (12 s) and the registry's cost (3 s), timed on 2 shared cores at load average 9-19, then 100,000 module mutants (96 minutes, bench/results/mod-mutants.md)"

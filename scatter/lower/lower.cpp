@@ -32,8 +32,9 @@
 //                          then the ids in increasing order. Taking a
 //                          function's address still yields its stub, so
 //                          function pointers compare equal everywhere.
-// For every JOB it prints "ok <out.so>" or "err <out.so> <message>" on stdout,
-// so the driver can show progress and name the failing function.
+// For every JOB it prints "ok <out.so> <codegen µs> <link µs>" or
+// "err <out.so> <message>" on stdout, so the driver can show progress, say
+// where the time went and name the failing function.
 //
 // Options: -O0..-O3 (code generation level), -keep-obj (leave <out>.o).
 //===----------------------------------------------------------------------===//
@@ -56,6 +57,7 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -106,9 +108,12 @@ public:
   }
 
   // Returns an empty string on success, else the error text.
+  // CodegenUs and LinkUs: how long reading plus code generation, and lld,
+  // took.
   std::string lower(const std::vector<std::string> &Ins, const std::string &Out,
                     const std::vector<std::string> &LinkTemplate,
-                    bool KeepObj, bool Group) {
+                    bool KeepObj, bool Group, long &CodegenUs, long &LinkUs) {
+    auto T0 = std::chrono::steady_clock::now();
     LLVMContext Ctx;
     std::unique_ptr<Module> M;
     std::vector<std::string> Bodies; // each input's function (with IDS or GROUP)
@@ -181,6 +186,8 @@ public:
         return "target cannot emit object files";
       PM.run(*M);
     }
+    auto T1 = std::chrono::steady_clock::now();
+    CodegenUs = std::chrono::duration_cast<std::chrono::microseconds>(T1 - T0).count();
 
     std::vector<std::string> Args;
     for (const auto &A : LinkTemplate)
@@ -195,6 +202,8 @@ public:
     lld::CommonLinkerContext::destroy();
     if (!KeepObj)
       sys::fs::remove(ObjPath);
+    LinkUs = std::chrono::duration_cast<std::chrono::microseconds>(
+                 std::chrono::steady_clock::now() - T1).count();
     if (!Ok) {
       std::string Msg = ErrOS.str();
       for (char &C : Msg)
@@ -353,9 +362,11 @@ int main(int argc, char **argv) {
         Out = F[1];
         Ins.assign(F.begin() + 2, F.end());
       }
-      std::string Err = L.lower(Ins, Out, LinkTemplate, KeepObj, F[0] == "GROUP");
+      long CodegenUs = 0, LinkUs = 0;
+      std::string Err = L.lower(Ins, Out, LinkTemplate, KeepObj, F[0] == "GROUP",
+                                CodegenUs, LinkUs);
       if (Err.empty()) {
-        outs() << "ok\t" << Out << "\n";
+        outs() << "ok\t" << Out << "\t" << CodegenUs << "\t" << LinkUs << "\n";
       } else {
         outs() << "err\t" << Out << "\t" << Err << "\n";
         ++Failures;

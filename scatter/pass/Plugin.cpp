@@ -9,6 +9,15 @@ using namespace llvm;
 extern "C" LLVM_ATTRIBUTE_WEAK PassPluginLibraryInfo llvmGetPassPluginInfo() {
   return {LLVM_PLUGIN_API_VERSION, "BunkaiScatter", "1",
           [](PassBuilder &PB) {
+            // Loaded into clang (-fpass-plugin), the plugin tags every
+            // function with its source as the last pass of the optimisation
+            // pipeline, at every level: the bitcode clang writes is the
+            // tagged one, with no second read and write of it in opt. opt
+            // runs the passes by name (below), where this does not apply.
+            PB.registerOptimizerLastEPCallback(
+                [](ModulePassManager &MPM, OptimizationLevel) {
+                  MPM.addPass(bunkai::TagSourcePass());
+                });
             PB.registerPipelineParsingCallback(
                 [](StringRef Name, ModulePassManager &MPM,
                    ArrayRef<PassBuilder::PipelineElement>) {

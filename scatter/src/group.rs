@@ -256,7 +256,9 @@ pub fn group(opts: &Options) -> Result<Summary> {
     }
     .check()?;
 
-    // Checksums and compression (with a dictionary when it pays).
+    // Checksums and compression (with a dictionary when it pays): zstd -19
+    // over every group twice, seconds for a large program.
+    let shown = bunkai_common::progress::Progress::labelled(opts.progress, "compressing the groups", None, "");
     let datas: Vec<Vec<u8>> = (0..plan.len() as u32)
         .map(|gid| std::fs::read(tmp.path().join(group_file(gid))))
         .collect::<Result<_, _>>()?;
@@ -295,6 +297,7 @@ pub fn group(opts: &Options) -> Result<Summary> {
     let launcher_zst = compress(&launcher)?;
     let original = std::fs::read(out.join(&m.original.path)).unwrap_or_default();
     let original_zst_bytes = compress(&original)?.len() as u64;
+    shown.finish();
 
     // Into place. The manager uses groups only when groups.map exists, so
     // removing it first keeps the output usable (per function) throughout.

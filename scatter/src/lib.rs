@@ -15,6 +15,9 @@
 //!      the user's flags minus the library's own link options (linkflags.rs),
 //!      and check what the loader will make of the result (check.rs),
 //!   7. write manifest.json and move the finished directory into place.
+//! Step 3 runs beside steps 2 and 4 (with --lib, beside 2 only), and the
+//! launcher (5) beside the libraries (6); timing.rs records how long each
+//! took (`-v`, `--json`).
 //!
 //! Then, for §5–6: profile.rs records first-call order, group.rs links one
 //! library per group and writes the group map; serve.rs serves an output
@@ -39,6 +42,7 @@ pub mod run;
 pub mod serve;
 pub mod stats;
 pub mod stubs;
+pub mod timing;
 pub mod toolchain;
 
 /// BUNKAI_SCATTER_VERSION in scatter/include/bunkai_scatter.h (manifests,

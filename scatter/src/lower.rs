@@ -7,11 +7,13 @@
 
 use crate::toolchain::{output, Toolchain};
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use bunkai_common::progress::Progress;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
 
 pub struct Job {
     /// One module, or several linked into one library.
@@ -68,9 +70,25 @@ pub fn search_dirs(template: &[String]) -> Vec<PathBuf> {
     dirs
 }
 
+/// Where lowering spent its time, summed over the workers' jobs (so up to
+/// `workers` times the wall time).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Times {
+    /// Reading the modules and LLVM's code generation, to an object.
+    pub codegen: Duration,
+    /// lld, from that object to the library.
+    pub link: Duration,
+}
+
 /// Runs all jobs on `workers` bunkai-lower processes. `opt` is -O0..-O3.
 /// `ids`: a file of every function's "<hex id>\t<stub symbol>", with which
-/// group libraries bind their calls (bunkai-lower's IDS record).
+/// group libraries bind their calls (bunkai-lower's IDS record). With
+/// `progress`, a bar counts the libraries once lowering has taken a second.
+///
+/// The jobs wait in one queue, largest input first, and each worker is
+/// given the next one as it finishes one (two in hand, so it never waits
+/// for us): a few large functions (SQLite's interpreter loop takes seconds)
+/// start early instead of ending the phase on one core.
 pub fn run(
     tc: &Toolchain,
     template: &[String],
@@ -79,32 +97,37 @@ pub fn run(
     jobs: Vec<Job>,
     workers: usize,
     progress: bool,
-) -> Result<()> {
+) -> Result<Times> {
     if jobs.is_empty() {
-        return Ok(());
+        return Ok(Times::default());
     }
     let total = jobs.len() as u64;
-    let bar = if progress {
-        let b = ProgressBar::new(total);
-        b.set_style(
-            ProgressStyle::with_template("  lowering {bar:40} {pos}/{len} libraries ({eta})")
-                .unwrap(),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
+    let shown = Progress::labelled(progress, "lowering", Some(total), "libraries");
+    let bar = shown.bar();
+    let times: Mutex<Times> = Mutex::new(Times::default());
     let workers = workers.clamp(1, jobs.len());
-    let mut chunks: Vec<Vec<Job>> = (0..workers).map(|_| Vec::new()).collect();
-    for (i, j) in jobs.into_iter().enumerate() {
-        chunks[i % workers].push(j);
+    let size = |j: &Job| j.inputs.iter().map(|p| bunkai_common::files::file_size(p)).sum::<u64>();
+    let mut sized: Vec<(u64, usize)> = jobs.iter().enumerate().map(|(i, j)| (size(j), i)).collect();
+    sized.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let what: HashMap<String, String> =
+        jobs.iter().map(|j| (j.output.display().to_string(), j.what.clone())).collect();
+    let lines: Vec<String> = jobs.iter().map(job_line).collect();
+    let queue: Mutex<VecDeque<String>> = Mutex::new(sized.iter().map(|(_, i)| lines[*i].clone()).collect());
+    let mut header = String::new();
+    if let Some(ids) = ids {
+        header.push_str(&format!("IDS\t{}\n", ids.display()));
     }
-    let failures: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    header.push_str("LINK");
+    for a in template {
+        header.push('\t');
+        header.push_str(a);
+    }
+    header.push('\n');
+    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
     std::thread::scope(|s| -> Result<()> {
         let mut handles = Vec::new();
-        for chunk in chunks {
-            let bar = bar.clone();
-            let failures = failures.clone();
+        for _ in 0..workers {
+            let (bar, failures, times, queue, what, header) = (bar.clone(), &failures, &times, &queue, &what, &header);
             let lower = tc.lower();
             handles.push(s.spawn(move || -> Result<()> {
                 let mut child = Command::new(&lower)
@@ -114,54 +137,50 @@ pub fn run(
                     .stderr(Stdio::inherit())
                     .spawn()
                     .with_context(|| format!("cannot start {}", lower.display()))?;
-                let mut stdin = child.stdin.take().unwrap();
-                let mut input = String::new();
-                if let Some(ids) = ids {
-                    input.push_str(&format!("IDS\t{}\n", ids.display()));
-                }
-                input.push_str("LINK");
-                for a in template {
-                    input.push('\t');
-                    input.push_str(a);
-                }
-                input.push('\n');
-                let mut what = std::collections::HashMap::new();
-                for j in &chunk {
-                    if !j.group && j.inputs.len() == 1 {
-                        input.push_str(&format!(
-                            "JOB\t{}\t{}\n",
-                            j.inputs[0].display(),
-                            j.output.display()
-                        ));
-                    } else {
-                        input.push_str(&format!("GROUP\t{}", j.output.display()));
-                        for i in &j.inputs {
-                            input.push_str(&format!("\t{}", i.display()));
+                let mut stdin = Some(child.stdin.take().unwrap());
+                // The next job to this worker, or its end of input once the
+                // queue is empty. A write fails only when the child has died,
+                // which its exit status reports below.
+                let give = |stdin: &mut Option<std::process::ChildStdin>| {
+                    let next = queue.lock().unwrap().pop_front();
+                    match (next, stdin.as_mut()) {
+                        (Some(line), Some(w)) => {
+                            if w.write_all(line.as_bytes()).and_then(|_| w.flush()).is_err() {
+                                *stdin = None;
+                            }
                         }
-                        input.push('\n');
+                        _ => *stdin = None,
                     }
-                    what.insert(j.output.display().to_string(), j.what.clone());
+                };
+                if let Some(w) = stdin.as_mut() {
+                    let _ = w.write_all(header.as_bytes());
                 }
-                // Feed stdin from another thread so a chatty child cannot
-                // deadlock us.
-                let feeder = std::thread::spawn(move || {
-                    let _ = stdin.write_all(input.as_bytes());
-                });
+                give(&mut stdin);
+                give(&mut stdin);
                 let stdout = child.stdout.take().unwrap();
                 for line in BufReader::new(stdout).lines() {
                     let line = line?;
                     let f: Vec<&str> = line.splitn(3, '\t').collect();
                     match f.as_slice() {
                         ["ok", _] => bar.inc(1),
+                        ["ok", _, us] => {
+                            bar.inc(1);
+                            // "<codegen µs>\t<link µs>"
+                            let mut us = us.split('\t').map(|n| n.parse::<u64>().unwrap_or(0));
+                            let mut t = times.lock().unwrap();
+                            t.codegen += Duration::from_micros(us.next().unwrap_or(0));
+                            t.link += Duration::from_micros(us.next().unwrap_or(0));
+                        }
                         ["err", out, msg] => {
                             bar.inc(1);
                             let w = what.get(*out).cloned().unwrap_or_default();
                             failures.lock().unwrap().push(format!("{w}: {msg}"));
                         }
-                        _ => {}
+                        _ => continue,
                     }
+                    give(&mut stdin);
                 }
-                let _ = feeder.join();
+                drop(stdin);
                 let status = child.wait()?;
                 bunkai_common::files::end_if_interrupted(&status);
                 if !status.success() && failures.lock().unwrap().is_empty() {
@@ -175,8 +194,8 @@ pub fn run(
         }
         Ok(())
     })?;
-    bar.finish_and_clear();
-    let f = failures.lock().unwrap();
+    shown.finish();
+    let f = failures.into_inner().unwrap();
     if let Some(first) = f.first() {
         bail!(
             "cannot build the library for {first}{}",
@@ -187,5 +206,19 @@ pub fn run(
             }
         );
     }
-    Ok(())
+    Ok(times.into_inner().unwrap())
+}
+
+/// A job as bunkai-lower reads it: JOB for one module, GROUP for several.
+fn job_line(j: &Job) -> String {
+    if !j.group && j.inputs.len() == 1 {
+        format!("JOB\t{}\t{}\n", j.inputs[0].display(), j.output.display())
+    } else {
+        let mut l = format!("GROUP\t{}", j.output.display());
+        for i in &j.inputs {
+            l.push_str(&format!("\t{}", i.display()));
+        }
+        l.push('\n');
+        l
+    }
 }

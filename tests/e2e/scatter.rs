@@ -106,6 +106,36 @@ fn verbose_log_is_deterministic_and_explains_decisions() {
     assert!(log.contains("rename cube -> __bunkai_s"), "{log}");
 }
 
+/// Issue 23: `-v` ends with how long each phase took (`time:` lines, apart
+/// from the decision log), `--json` gives them as `phases`; on a terminal
+/// the phases show their progress (here after 0 ms instead of a second,
+/// BUNKAI_PROGRESS_AFTER_MS), and nothing is drawn when stderr is not one.
+#[test]
+fn phases_are_timed_and_shown_on_a_terminal_only() {
+    let d = tempfile::tempdir().unwrap();
+    let srcs: Vec<String> = features_srcs().iter().map(|p| p.display().to_string()).collect();
+    let out = d.path().join("out");
+    let o = scatter(&out, &features_srcs(), &["-v"], &["-O0", "-lm", "-lpthread"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let times: Vec<&str> = err.lines().filter(|l| l.starts_with("time: ")).collect();
+    for phase in ["compile to bitcode", "split", "original (beside", "libraries", "check"] {
+        assert!(times.iter().any(|l| l.contains(&format!(" s {phase}"))), "no time for {phase}: {err}");
+    }
+    assert!(!err.contains("lowering") && !err.contains('\r'), "progress on a pipe: {err:?}");
+    let j: serde_json::Value =
+        serde_json::from_slice(&scatter(&out, &features_srcs(), &["--json"], &["-O0", "-lm", "-lpthread"]).stdout).unwrap();
+    let phases = j["phases"].as_array().unwrap();
+    assert!(phases.iter().any(|p| p["name"] == "libraries" && p["seconds"].as_f64().unwrap() > 0.0), "{j}");
+    let cmd = format!("{} scatter -o {} {} -- -O0 -lm -lpthread", bunkai().display(), out.display(), srcs.join(" "));
+    let tty = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("BUNKAI_PROGRESS_AFTER_MS", "0")
+        .output_within(DEADLINE);
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{shown}");
+    assert!(shown.contains("compiling to bitcode") && shown.contains("lowering"), "no progress on a terminal: {shown:?}");
+}
+
 #[test]
 fn stats_reports_sizes_from_the_files() {
     let d = tempfile::tempdir().unwrap();

@@ -23,7 +23,8 @@ pub struct BuildArgs {
     /// Program name (default: the first input's file name without extension)
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
-    /// Print the decision log: where each global went and why, which functions stayed
+    /// Print the decision log: where each global went and why, which functions stayed;
+    /// then how long each phase took
     #[arg(short, long)]
     pub verbose: bool,
     /// Print a JSON summary on stdout
@@ -63,6 +64,10 @@ pub fn run(a: BuildArgs) -> Result<ExitCode> {
         for line in &summary.log {
             eprintln!("scatter: {line}");
         }
+        // Apart from the log above, which is the same in every run.
+        for p in &summary.phases {
+            eprintln!("time: {:.2} s {}", p.seconds, p.name);
+        }
     }
     let m = &summary.manifest;
     if a.json {
@@ -75,6 +80,7 @@ pub fn run(a: BuildArgs) -> Result<ExitCode> {
                 "kept": m.kept.len(),
                 "launcher_bytes": m.launcher_bytes,
                 "original_bytes": m.original.stripped_bytes,
+                "phases": summary.phases,
             })
         );
     } else {
