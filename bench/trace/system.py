@@ -66,16 +66,23 @@ def boot_without_plugin():
         p.wait(timeout=30)
 
 
-def record(case, warmup):
-    out = os.path.join(OUT, f"{case}-{'warm' if warmup else 'cold'}.bkt")
-    cmd = [BUNKAI, "trace", "record", "--system", "--guest", GUEST, "--get", REQUEST[case], "--json", "-o", out]
+def record_system(case, warmup, *how):
+    """`bunkai trace record --system` of one request (after `warmup`
+    unrecorded ones), with `how` (-o FILE, or --count-only): its JSON
+    summary."""
+    cmd = [BUNKAI, "trace", "record", "--system", "--guest", GUEST, "--get", REQUEST[case], "--json", *how]
     if warmup:
         cmd += ["--warmup", str(warmup)]
     log(" ".join(cmd))
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         raise SystemExit(f"bench-trace-system: {' '.join(cmd)} failed:\n{r.stderr}")
-    summary = json.loads(r.stderr.strip().splitlines()[-1])
+    return json.loads(r.stderr.strip().splitlines()[-1])
+
+
+def record(case, warmup):
+    out = os.path.join(OUT, f"{case}-{'warm' if warmup else 'cold'}.bkt")
+    summary = record_system(case, warmup, "-o", out)
     rep = subprocess.run([BUNKAI, "trace", "report", "--json", out], capture_output=True, text=True, timeout=300)
     if rep.returncode != 0:
         raise SystemExit(f"bench-trace-system: report {out} failed:\n{rep.stderr}")
@@ -86,14 +93,7 @@ def count_only(case, warmup):
     """QEMU's own speed through the same window: the plugin loaded,
     following the window and counting its instructions, recording nothing
     (`record --system --count-only`)."""
-    cmd = [BUNKAI, "trace", "record", "--system", "--guest", GUEST, "--get", REQUEST[case], "--json", "--count-only"]
-    if warmup:
-        cmd += ["--warmup", str(warmup)]
-    log(" ".join(cmd))
-    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        raise SystemExit(f"bench-trace-system: {' '.join(cmd)} failed:\n{r.stderr}")
-    return json.loads(r.stderr.strip().splitlines()[-1])
+    return record_system(case, warmup, "--count-only")
 
 
 def comp(rep, kind=None, name=None):
