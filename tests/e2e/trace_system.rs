@@ -20,8 +20,8 @@ fn run(args: &[&str], limit: Duration) -> Behaviour {
     behaviour(finish(child, limit).0)
 }
 
-/// Without a guest, or with a command, `record --system` says so in one
-/// line before anything runs.
+/// Without a guest, with a command, or with --warmup on a syscall window,
+/// `record --system` says so in one line before anything runs.
 #[test]
 fn a_missing_guest_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -31,6 +31,18 @@ fn a_missing_guest_is_a_one_line_error() {
     let lines: Vec<&str> = r.stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
     assert!(lines[0].starts_with("bunkai trace: no vmlinuz") && lines[0].contains("make guest"), "{}", lines[0]);
+    assert!(!out.exists());
+    // warm-up requests pass unrecorded only on Apache's accept-to-close
+    // window: with a syscall window they are refused before anything runs
+    let r = run(
+        &["trace", "record", "--system", "--guest", "/nonexistent-guest", "--warmup", "1", "--start-syscall", "getppid",
+          "--stop-syscall", "getpid", "-o", out.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert_ne!(r.code, Some(0));
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].starts_with("bunkai trace: --warmup") && lines[0].contains("--start-syscall"), "{}", lines[0]);
     assert!(!out.exists());
     let r = run(&["trace", "record", "--system", "-o", out.to_str().unwrap(), "--", "/bin/true"], Duration::from_secs(60));
     assert_ne!(r.code, Some(0), "{}", r.stderr);

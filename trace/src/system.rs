@@ -148,6 +148,11 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
     if !o.get.starts_with('/') || o.get.contains(char::is_whitespace) {
         bail!("--get {} is not an HTTP path (give one like /index.html)", o.get);
     }
+    if o.warmup > 0 && (o.start_syscall.is_some() || o.stop_syscall.is_some()) {
+        // the plugin lets warm-up windows pass only on Apache's accept to
+        // close; a syscall window would open during a warm-up request
+        bail!("--warmup applies to Apache's accept-to-close window, not to --start-syscall/--stop-syscall (give one or the other)");
+    }
     let g = &o.guest;
     for f in ["vmlinuz", "initrd.gz", "System.map"] {
         if !g.join(f).is_file() {
