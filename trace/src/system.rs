@@ -416,22 +416,23 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
             eprintln!("bunkai trace: the window did not close within {} s of the request (the trace ends there, marked cut)", o.timeout);
         }
     }
-    // The window's host times (the plugin writes them at its close).
-    let (open_s, window_s) = match std::fs::read_to_string(dir.path().join("maps.window")) {
+    // The window's host times and the plugin's instruction count (written
+    // at its close; the count is --count-only's figure).
+    let (open_s, window_s, counted) = match std::fs::read_to_string(dir.path().join("maps.window")) {
         Ok(w) => {
             let v: Vec<u64> = w.split_whitespace().filter_map(|x| x.parse().ok()).collect();
             match v[..] {
-                [open, close, _] => ((open.saturating_sub(req_ns)) as f64 / 1e9, (close.saturating_sub(open)) as f64 / 1e9),
-                _ => (0.0, 0.0),
+                [open, close, n] => ((open.saturating_sub(req_ns)) as f64 / 1e9, (close.saturating_sub(open)) as f64 / 1e9, n),
+                _ => (0.0, 0.0, 0),
             }
         }
-        Err(_) => (0.0, 0.0),
+        Err(_) => (0.0, 0.0, 0),
     };
-    // Counts from the trace itself: kernel share, syscalls, traps.
     if o.count_only {
         drop(progress);
-        return count_only_summary(o, booted, window_done, window_instructions(&dir.path().join("maps.window")), window_s, &response);
+        return count_only_summary(o, booted, window_done, counted, window_s, &response);
     }
+    // Counts from the trace itself: kernel share, syscalls, traps.
     progress.phase("counting what the trace holds");
     let t = crate::decode::Trace::load(&output)?;
     let c = count(&t)?;
@@ -478,12 +479,6 @@ pub fn run(o: &SystemOptions) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The instructions the plugin counted in the window (maps.window's third
-/// number), 0 if it never closed.
-fn window_instructions(path: &Path) -> u64 {
-    std::fs::read_to_string(path).ok().and_then(|w| w.split_whitespace().nth(2)?.parse().ok()).unwrap_or(0)
 }
 
 /// `--count-only`'s summary: QEMU's own speed through the window.
