@@ -151,6 +151,16 @@ def compare(orig_cmd, scat_cmd, reps, **kw):
     return statistics.median(b), statistics.median(a)
 
 
+def scatter_sqlite(w):
+    """SQLite scattered twice with its own flags: the shell and library as
+    one program (w("sqlite3")), and the library alone (w("libsqlite3"))."""
+    sq_flags = open(os.path.join(SQLITE, "flags.txt")).read().split() + [f"-I{SQLITE}"]
+    scatter(w("sqlite3"), [os.path.join(SQLITE, "shell.c"), os.path.join(SQLITE, "sqlite3.c")],
+            sq_flags, ["--name", "sqlite3"])
+    scatter(w("libsqlite3"), [os.path.join(SQLITE, "sqlite3.c")], sq_flags,
+            ["--lib", "--name", "sqlite3"])
+
+
 def steady(a):
     """Table 5's steady-state rows only (--steady), measured as main() does."""
     os.makedirs(a.work, exist_ok=True)
@@ -158,11 +168,7 @@ def steady(a):
     reps = 3 if a.quick else 7
     n2 = "100000" if a.quick else "1000000"
     scatter(w("demo2"), [os.path.join(PROGS, "demo/demo2.c")], ["-O0"])
-    sq_flags = open(os.path.join(SQLITE, "flags.txt")).read().split() + [f"-I{SQLITE}"]
-    scatter(w("sqlite3"), [os.path.join(SQLITE, "shell.c"), os.path.join(SQLITE, "sqlite3.c")],
-            sq_flags, ["--name", "sqlite3"])
-    scatter(w("libsqlite3"), [os.path.join(SQLITE, "sqlite3.c")], sq_flags,
-            ["--lib", "--name", "sqlite3"])
+    scatter_sqlite(w)
     shell_o, shell_s = lib_shells(w)
     forget_groups(w, ("sqlite3", "libsqlite3", "demo2"))
     db, rm_db = bench_db(w)
@@ -239,11 +245,7 @@ def main():
         sh([sys.executable, os.path.join(PROGS, "demo/gen-demo1.py"), demo1_c])
     scatter(w("demo1"), [demo1_c], ["-O0"])
     scatter(w("demo2"), [os.path.join(PROGS, "demo/demo2.c")], ["-O0"])
-    sq_flags = open(os.path.join(SQLITE, "flags.txt")).read().split() + [f"-I{SQLITE}"]
-    scatter(w("sqlite3"), [os.path.join(SQLITE, "shell.c"), os.path.join(SQLITE, "sqlite3.c")],
-            sq_flags, ["--name", "sqlite3"])
-    scatter(w("libsqlite3"), [os.path.join(SQLITE, "sqlite3.c")], sq_flags,
-            ["--lib", "--name", "sqlite3"])
+    scatter_sqlite(w)
     have_vim = os.path.exists(os.path.join(VIM, "vim.bc"))
     if have_vim:
         vim_flags = ["-O2"] + open(os.path.join(VIM, "linkflags.txt")).read().split()

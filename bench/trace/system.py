@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -30,17 +29,11 @@ RESULT = os.path.join(ROOT, "bench", "results", "trace-apache-system.md")
 spec = importlib.util.spec_from_file_location("apache_bench", os.path.join(ROOT, "bench", "trace", "apache.py"))
 apache = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(apache)
-PAPER, REQUEST = apache.PAPER, apache.REQUEST
+PAPER, REQUEST, free_port = apache.PAPER, apache.REQUEST, apache.free_port
 
 
 def log(msg):
     print(f"bench-trace-system: {msg}", file=sys.stderr, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def boot_without_plugin():
