@@ -1,6 +1,6 @@
 //===- HideUnexported.cpp - what the library does not export is hidden ----===//
 //
-// Shared-library launchers (--lib) only. A library's own link flags decide
+// Shared-library launchers (--lib). A library's own link flags decide
 // what it exports: a version script's "local: *" hides every name it does
 // not list, as surely as hidden visibility does. Scattered, those names would
 // have to cross from the function libraries to the launcher by name, and the
@@ -14,6 +14,16 @@
 // -bunkai-exported=FILE: the names the original library exports (defined
 // dynamic symbols, one a line), written by the driver from the original
 // built with the same inputs and flags. Without it the pass does nothing.
+//
+// -bunkai-hide-data-only: executable launchers (issue 23, launcher size).
+// An executable exports none of its own symbols unless its link flags ask
+// (-rdynamic, a dynamic list) or a shared library it links refers to them,
+// so its public variables are as private as static ones. Scattered, each
+// variable several functions use stayed in the launcher under its name and
+// was exported to the libraries: Vim's 1,997 globals cost about 40 bytes of
+// dynamic symbol each. Hidden here, they go into the merged structs like
+// static data. Functions keep their names (the startup files call main by
+// name; a stub is exported only when a library takes its address).
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 #include "Passes.h"
@@ -29,6 +39,10 @@ static cl::opt<std::string>
     ExportedFile("bunkai-exported",
                  cl::desc("names the original library exports, one a line"),
                  cl::init(""));
+static cl::opt<bool>
+    DataOnly("bunkai-hide-data-only",
+             cl::desc("hide only variables (an executable's launcher)"),
+             cl::init(false));
 
 namespace bunkai {
 
@@ -55,14 +69,16 @@ PreservedAnalyses HideUnexportedPass::run(Module &M, ModuleAnalysisManager &) {
     GV.setDSOLocal(true);
     Hidden++;
   };
-  for (Function &F : M)
-    Hide(F);
   for (GlobalVariable &V : M.globals())
     Hide(V);
-  for (GlobalAlias &A : M.aliases())
-    Hide(A);
-  for (GlobalIFunc &I : M.ifuncs())
-    Hide(I);
+  if (!DataOnly) {
+    for (Function &F : M)
+      Hide(F);
+    for (GlobalAlias &A : M.aliases())
+      Hide(A);
+    for (GlobalIFunc &I : M.ifuncs())
+      Hide(I);
+  }
   return Hidden ? PreservedAnalyses::none() : PreservedAnalyses::all();
 }
 

@@ -2,7 +2,7 @@
 //
 // Pipeline, in this order (the driver runs it with opt-14):
 //   per translation unit:  bunkai-tag-source
-//   on the linked module:  [bunkai-hide-unexported, for --lib,]
+//   on the linked module:  bunkai-hide-unexported,
 //                          bunkai-assign-ids, bunkai-externalize,
 //                          bunkai-merge-statics, bunkai-split
 //===----------------------------------------------------------------------===//
@@ -18,8 +18,9 @@ struct TagSourcePass : llvm::PassInfoMixin<TagSourcePass> {
   llvm::PreservedAnalyses run(llvm::Module &M, llvm::ModuleAnalysisManager &);
 };
 
-// --lib: hide what the original library does not export (its version
-// script's local names), so the other passes treat it as non-public.
+// Hide what the original does not export (--lib: a version script's local
+// names; an executable: its variables, -bunkai-hide-data-only), so the other
+// passes treat it as non-public.
 struct HideUnexportedPass : llvm::PassInfoMixin<HideUnexportedPass> {
   llvm::PreservedAnalyses run(llvm::Module &M, llvm::ModuleAnalysisManager &);
 };

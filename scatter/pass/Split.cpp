@@ -15,7 +15,9 @@
 //
 // Outputs in -bunkai-split-dir: f<hex>.bc per function, stubs.tsv
 // ("<hex id>\t<stub symbol>\t<original name>\t<source>") and exports.txt (the
-// launcher symbols some library refers to, for the launcher's dynamic list)
+// launcher symbols some library refers to, for the launcher's dynamic list;
+// not the stubs of functions the libraries only call, which bunkai-lower
+// binds to slots)
 // and imports.txt (symbols the libraries take from elsewhere: a shared-library
 // launcher must still ask for them, or the program that links it will not
 // export them).
@@ -97,6 +99,28 @@ void collectFromFunction(const Function &F,
       if (KV.first != LLVMContext::MD_dbg)
         collectFromMD(KV.second, Out, Seen, SeenMD);
   }
+  if (F.hasPersonalityFn())
+    collectGlobals(F.getPersonalityFn(), Out, Seen);
+}
+
+// The globals F's code names other than as the callee of a direct call:
+// bunkai-lower turns every direct call of an extracted function into a call
+// through the library's own slot (or of the body, inside a group), so a
+// function that a library only calls needs no symbol from the launcher.
+// Taking its address still needs the stub (function pointers compare equal
+// everywhere).
+void collectAddressTaken(const Function &F,
+                         SmallPtrSetImpl<const GlobalValue *> &Out) {
+  SmallPtrSet<const Constant *, 32> Seen;
+  for (const Instruction &I : instructions(F))
+    for (const Use &Op : I.operands()) {
+      if (isa<MetadataAsValue>(Op.get()))
+        continue;
+      if (const auto *CB = dyn_cast<CallBase>(&I))
+        if (CB->isCallee(&Op) && isa<Function>(Op.get()->stripPointerCasts()))
+          continue;
+      collectGlobals(Op.get(), Out, Seen);
+    }
   if (F.hasPersonalityFn())
     collectGlobals(F.getPersonalityFn(), Out, Seen);
 }
@@ -254,20 +278,27 @@ private:
     }
 
     // Everything else the function and those variables name: declarations.
-    SmallPtrSet<const GlobalValue *, 32> Refs;
+    SmallPtrSet<const GlobalValue *, 32> Refs, Addressed;
     collectFromFunction(F, Refs);
+    collectAddressTaken(F, Addressed);
     {
-      SmallPtrSet<const Constant *, 32> Seen;
+      SmallPtrSet<const Constant *, 32> Seen, SeenA;
       for (GlobalVariable *GV : Mine)
-        if (GV->hasInitializer())
+        if (GV->hasInitializer()) {
           collectGlobals(GV->getInitializer(), Refs, Seen);
+          collectGlobals(GV->getInitializer(), Addressed, SeenA);
+        }
     }
     GlobalValue *SelfStub = nullptr;
     for (const GlobalValue *G : Refs) {
       if (const auto *GV = dyn_cast<GlobalVariable>(G))
         if (MineSet.count(GV))
           continue;
-      GlobalValue *D = declare(NM, *G);
+      // An extracted function this one only calls (or names in metadata)
+      // is reached through a slot: the launcher need not export its stub.
+      const auto *GF = dyn_cast<Function>(G);
+      bool OnlyCalled = GF && hasId(*GF) && !Addressed.count(G);
+      GlobalValue *D = declare(NM, *G, /*Export=*/!OnlyCalled);
       VMap[G] = D;
       if (G == &F)
         SelfStub = D;

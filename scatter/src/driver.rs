@@ -122,26 +122,16 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     // 1. Bitcode per input, tagged with its source file.
     let tus = ph.run("compile to bitcode", "compiling to bitcode", || b.tagged_bitcode(&kinds))?;
     // 2-4. One module and the passes; the original (3), from the same
-    // inputs and flags, beside them: only --lib needs it before the passes
-    // (what a library exports decides what the passes may hide).
+    // inputs and flags, beside the link: the passes need it (what the
+    // original exports decides what they may hide: with --lib its
+    // functions and data, in an executable its data, issue 23).
     let (original, split) = std::thread::scope(|s| {
-        let other = s.spawn(|| {
-            let name = if opts.lib { "original (beside link bitcode)" } else { "original (beside link bitcode and split)" };
-            ph.quiet(name, || b.original(&tus))
-        });
+        let other = s.spawn(|| ph.quiet("original (beside link bitcode)", || b.original(&tus)));
         let joined = || other.join().map_err(|_| anyhow::anyhow!("building the original panicked"))?;
         let whole = ph.run("link bitcode", "linking the bitcode (and building the original)", || b.one_module(&tus, &kinds));
-        if opts.lib {
-            let original = joined()?;
-            let split = ph.run("split", "splitting the program", || b.split(&whole?, Some(&original)))?;
-            Ok::<_, anyhow::Error>((original, split))
-        } else {
-            let split = whole.and_then(|whole| {
-                ph.run("split", "splitting the program (and building the original)", || b.split(&whole, None))
-            });
-            let original = joined();
-            Ok((original?, split?))
-        }
+        let original = joined()?;
+        let split = ph.run("split", "splitting the program", || b.split(&whole?, &original))?;
+        Ok::<_, anyhow::Error>((original, split))
     })?;
     // 5-6. The launcher, beside the libraries; then the checks.
     let (launcher_rel, (empty_so, search)) = std::thread::scope(|s| {
@@ -226,6 +216,18 @@ struct Build<'a> {
     quiet: String,
     /// The optimisation level in the user's flags.
     level: &'static str,
+}
+
+/// Whether the C library a link with `tc` uses reads packed relative
+/// relocations (DT_RELR): glibc 2.36 and later define the version
+/// GLIBC_ABI_DT_RELR for it.
+fn libc_reads_relr(tc: &Toolchain) -> bool {
+    let Ok((path, _)) = crate::toolchain::output(Command::new(&tc.clang).arg("-print-file-name=libc.so.6")) else {
+        return false;
+    };
+    let path = Path::new(path.trim());
+    path.is_absolute()
+        && Dso::read(path).map_or(false, |d| d.versions.iter().any(|v| v.split(' ').next() == Some("GLIBC_ABI_DT_RELR")))
 }
 
 /// What the split pass left (step 3).
@@ -380,11 +382,11 @@ impl<'a> Build<'a> {
         Ok(whole)
     }
 
-    /// Step 4: the passes (with --lib, hide what the original does not
-    /// export; ids, externalize, merge statics, split): the launcher's
-    /// bitcode, one module per function in work/split, and what the pass
-    /// says about them.
-    fn split(&self, whole: &Path, original: Option<&OriginalBuild>) -> Result<Split> {
+    /// Step 4: the passes (hide what the original does not export: with
+    /// --lib functions and data, in an executable its data; ids,
+    /// externalize, merge statics, split): the launcher's bitcode, one
+    /// module per function in work/split, and what the pass says about them.
+    fn split(&self, whole: &Path, original: &OriginalBuild) -> Result<Split> {
         let launcher_bc = self.work.join("launcher.bc");
         let log_path = self.work.join("decisions.log");
         let plugin = self.tc.plugin();
@@ -393,12 +395,15 @@ impl<'a> Build<'a> {
         // -load first: the plugin's options exist only once it is loaded.
         opt.arg(format!("-load={}", plugin.display()))
             .arg(format!("-load-pass-plugin={}", plugin.display()));
-        if let Some(original) = original.filter(|_| self.opts.lib) {
+        {
             let exported = self.work.join("exported.txt");
             let d = Dso::read(&original.unstripped)?;
             let names: BTreeSet<&str> = d.defined.iter().map(|s| symbol_name(s)).collect();
             std::fs::write(&exported, names.into_iter().map(|n| format!("{n}\n")).collect::<String>())?;
             opt.arg(format!("-bunkai-exported={}", exported.display()));
+            if !self.opts.lib {
+                opt.arg("-bunkai-hide-data-only");
+            }
             passes.insert_str(0, "bunkai-hide-unexported,");
         }
         run(
@@ -442,7 +447,7 @@ impl<'a> Build<'a> {
         std::fs::create_dir_all(launcher.parent().unwrap())?;
         let stubs_s = self.work.join("stubs.S");
         let libdir_from_launcher = if opts.lib { name.clone() } else { format!("../lib/{name}") };
-        std::fs::write(&stubs_s, stubs::generate(&s.stubs, &libdir_from_launcher, opts.lib, &s.imports))?;
+        std::fs::write(&stubs_s, stubs::generate(&s.stubs, &libdir_from_launcher, opts.lib, &s.imports, &s.exports))?;
         let launcher_o = self.work.join("launcher.o");
         run(
             Command::new(&tc.clang)
@@ -474,6 +479,27 @@ impl<'a> Build<'a> {
             t.push_str("};\n");
             std::fs::write(&dynlist, t)?;
             link.arg(format!("-Wl,--dynamic-list={}", dynlist.display()));
+        }
+        // Issue 23, launcher size: one symbol hash table, GNU's (glibc has
+        // looked symbols up by DT_GNU_HASH since 2.5; the SysV .hash beside
+        // it only doubled the table); and the relative relocations packed
+        // (DT_RELR: a few words for a run of pointers, instead of 24 bytes
+        // each), when the launcher is an executable and the C library the
+        // link uses reads them.
+        link.arg("-Wl,--hash-style=gnu");
+        if !opts.lib && libc_reads_relr(tc) {
+            // glibc refuses DT_RELR in an object that does not also depend
+            // on the version GLIBC_ABI_DT_RELR (so an older glibc, which
+            // would ignore DT_RELR, refuses to load it in one line): naming
+            // the version's symbol adds the dependency (lld 14 has no
+            // -z pack-relative-relocs, which would add it without a
+            // symbol). Not in a shared-library launcher: GNU ld, linking a
+            // program against it, cannot resolve that undefined symbol
+            // (`undefined reference to GLIBC_ABI_DT_RELR`), so it would be
+            // no drop-in for the original.
+            let relr = self.work.join("relr.S");
+            std::fs::write(&relr, "\t.globl GLIBC_ABI_DT_RELR\n\t.section .note.GNU-stack,\"\",@progbits\n")?;
+            link.arg(&relr).arg("-Wl,--pack-dyn-relocs=relr");
         }
         link.arg("-Wl,-s");
         run(&mut link, "linking the launcher")?;
@@ -768,7 +794,7 @@ fn decision_log(m: &Manifest, raw: &str) -> Vec<String> {
         let f: Vec<&str> = line.split('\t').collect();
         match f.as_slice() {
             ["hide", "unexported", name] => {
-                out.push(format!("hide {name}: the original library does not export it"))
+                out.push(format!("hide {name}: the original does not export it"))
             }
             ["externalize", "rename", old, new] => {
                 out.push(format!("rename {old} -> {new}: not public, a library may call it"))

@@ -4,18 +4,19 @@
 //! The pipeline (driver.rs):
 //!   1. compile each C input to bitcode (clang-14) and tag it with its source,
 //!   2. link all bitcode into one module (llvm-link-14),
-//!   3. build the original from the same inputs and flags (with --lib, what
-//!      it exports decides what the passes may hide: dso.rs reads it),
-//!   4. run the scatter passes (opt-14 + BunkaiScatter.so): with --lib hide
-//!      what the original does not export, assign ids, externalize, merge
-//!      shared statics, split,
+//!   3. build the original from the same inputs and flags (what it exports
+//!      decides what the passes may hide: dso.rs reads it),
+//!   4. run the scatter passes (opt-14 + BunkaiScatter.so): hide what the
+//!      original does not export (with --lib functions and data, in an
+//!      executable its data), assign ids, externalize, merge shared
+//!      statics, split,
 //!   5. generate the stubs (stubs.rs) and link the launcher with the runtime
 //!      and all the user's flags,
 //!   6. lower every per-function module to a shared library (lower.rs) with
 //!      the user's flags minus the library's own link options (linkflags.rs),
 //!      and check what the loader will make of the result (check.rs),
 //!   7. write manifest.json and move the finished directory into place.
-//! Step 3 runs beside steps 2 and 4 (with --lib, beside 2 only), and the
+//! Step 3 runs beside step 2, and the
 //! launcher (5) beside the libraries (6); timing.rs records how long each
 //! took (`-v`, `--json`).
 //!

@@ -382,3 +382,130 @@ fn calls_between_groups_go_through_slots_and_behave_like_the_original() {
         .count();
     assert!(with_slots > 0, "no group library calls another through its slots");
 }
+
+/// The dynamic symbols `path` defines (`nm -D --defined-only`).
+fn defined_dynamic_symbols(path: &Path) -> Vec<String> {
+    let o = Command::new("nm").args(["-D", "--defined-only"]).arg(path).output().unwrap();
+    assert!(o.status.success(), "nm -D {}", path.display());
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(|s| s.split('@').next().unwrap().to_string()))
+        .collect()
+}
+
+#[test]
+fn launcher_exports_a_stub_only_when_a_library_takes_its_address() {
+    // Issue 23, launcher size: a library calls another library's function
+    // through its own slot, never through the stub's symbol, so the launcher
+    // exports no dynamic symbol for a function the libraries only call. A
+    // function whose address a library takes keeps its exported stub, and
+    // pointers to it taken in two libraries and in the launcher's data
+    // compare equal. As an executable and as a shared library.
+    let d = tempfile::tempdir().unwrap();
+    let lib_c = d.path().join("calls.c");
+    std::fs::write(
+        &lib_c,
+        r#"#include <stdio.h>
+typedef int (*fn)(int);
+static int twice(int x) { return 2 * x; }           /* only called */
+static int thrice(int x) { return 3 * x; }          /* address taken in two libraries */
+static int quad(int x) { return 4 * x; }            /* address taken in shared data */
+fn table[] = {quad, thrice};                        /* used by two functions: stays */
+int only_called(int x) { return twice(x) + 1; }     /* public, only called */
+fn pick(int k) { return k ? thrice : 0; }
+int is_thrice(fn f) { return f == thrice; }
+int via_table(int i, int x) { return table[i](x); }
+int table_has(fn f) { return table[0] == f || table[1] == f; }
+int run(int n) {
+  fn f = pick(n);
+  printf("%d %d %d %d %d %d\n", only_called(n), f(n), is_thrice(f), is_thrice(pick(0)),
+         via_table(0, n), table_has(f));
+  return 0;
+}
+"#,
+    )
+    .unwrap();
+    let main_c = d.path().join("main.c");
+    std::fs::write(&main_c, "int run(int);\nint main(int argc, char **argv) { (void)argv; return run(argc); }\n")
+        .unwrap();
+    let orig = d.path().join("orig");
+    clang_build(&[lib_c.clone(), main_c.clone()], &["-O0"], &orig);
+    let native = Command::new(&orig).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "3 3 1 0 4 1\n");
+
+    let stub_of = |out: &Path, name: &str| -> String {
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+        m["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not extracted"))["stub"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    // An executable launcher.
+    let out = d.path().join("out");
+    scatter(&out, &[lib_c.clone(), main_c.clone()], &["--name", "calls"], &["-O0"]);
+    let scat = Command::new(out.join("bin/calls")).output().unwrap();
+    assert_eq!(behaviour(scat), behaviour(native.clone()), "scattered program behaves differently");
+    let syms = defined_dynamic_symbols(&out.join("bin/calls"));
+    for f in ["thrice", "twice"] {
+        let s = stub_of(&out, f);
+        assert!(s.starts_with("__bunkai_s"), "{f}'s stub is {s}");
+    }
+    assert!(syms.contains(&stub_of(&out, "thrice")), "thrice's stub, whose address a library takes, is exported: {syms:?}");
+    for f in ["twice", "only_called", "quad", "pick", "is_thrice", "run"] {
+        assert!(!syms.contains(&stub_of(&out, f)), "{f} is only called by the libraries, yet exported: {syms:?}");
+    }
+    // The original exports no variable of its own: the launcher neither;
+    // `table`, public and used by two functions, is merged like static data.
+    assert!(!syms.contains(&"table".to_string()), "{syms:?}");
+    let v = bunkai_ok(&["scatter", "-v", "-o", d.path().join("out-v").to_str().unwrap(), "--name", "calls",
+                        lib_c.to_str().unwrap(), main_c.to_str().unwrap(), "--", "-O0"]);
+    let log = String::from_utf8_lossy(&v.stderr);
+    assert!(log.contains("hide table: the original does not export it"), "{log}");
+    assert!(log.contains("global table -> launcher __bunkai_"), "{log}");
+
+    // Its relative relocations are packed (DT_RELR) when the C library reads them.
+    let dynamic = |f: &Path| {
+        let o = Command::new("readelf").arg("-d").arg(f).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let libc = Command::new("clang-14").arg("-print-file-name=libc.so.6").output().unwrap();
+    let libc = String::from_utf8_lossy(&libc.stdout).trim().to_string();
+    let vers = Command::new("readelf").arg("-V").arg(&libc).output().unwrap();
+    let relr = String::from_utf8_lossy(&vers.stdout).contains("GLIBC_ABI_DT_RELR");
+    assert_eq!(dynamic(&out.join("bin/calls")).contains("(RELR)"), relr, "DT_RELR where {libc} reads it");
+    assert!(!dynamic(&out.join("bin/calls")).contains("(HASH)"), "one hash table, GNU's");
+
+    // A shared-library launcher: the same, and its public functions stay
+    // exported. No DT_RELR here: GNU ld, linking the program below against
+    // it, could not resolve the symbol that asks for glibc's support.
+    let out = d.path().join("out-lib");
+    scatter(&out, &[lib_c.clone()], &["--lib", "--name", "calls"], &["-O0"]);
+    let lib = out.join("lib/libcalls.so");
+    let syms = defined_dynamic_symbols(&lib);
+    for f in ["only_called", "pick", "is_thrice", "via_table", "table_has", "run", "table"] {
+        assert!(syms.contains(&f.to_string()), "{f} is public: {syms:?}");
+    }
+    assert!(syms.contains(&stub_of(&out, "thrice")), "{syms:?}");
+    assert!(!syms.contains(&stub_of(&out, "twice")), "twice is only called, yet exported: {syms:?}");
+    let host = d.path().join("host");
+    let st = Command::new("clang-14")
+        .args(["-O0", "-o"])
+        .arg(&host)
+        .arg(&main_c)
+        .arg(format!("-L{}", out.join("lib").display()))
+        .arg(format!("-Wl,-rpath,{}", out.join("lib").display()))
+        .arg("-lcalls")
+        .status()
+        .unwrap();
+    assert!(st.success(), "linking a program against the scattered library");
+    assert!(!dynamic(&lib).contains("(RELR)"));
+    let scat = Command::new(&host).output().unwrap();
+    assert_eq!(behaviour(scat), behaviour(native), "the program on the scattered library behaves differently");
+}
