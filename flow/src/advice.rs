@@ -324,7 +324,7 @@ pub fn generate(a: &Aspect, prog: &Program, bias: u64, module: &str) -> Result<G
     let mut sleds = Vec::new();
     // case bodies, each once with all its labels: the code at thousands of
     // sleds is mostly the same few bodies (one per register holding the
-    // key; Apache: 3,126 cases, 18 bodies), which also compiles 20 times
+    // key; Apache: 3,126 sleds, 17 bodies), which also compiles 20 times
     // faster
     let mut bodies: Vec<(String, String)> = Vec::new(); // (labels, body)
     let mut body_of: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
