@@ -35,6 +35,18 @@ long uffd_wp(uint64_t page, uint64_t len, int on) {
   return sc3(SYS_ioctl, g.uffd, UFFDIO_WRITEPROTECT, &w);
 }
 
+/* Is a mapping change of home's in flight (the kernel's mmap_changing,
+ * set from before the change until the manager has read its event)?
+ * -EAGAIN if so, else 0. An empty write-protect range: the kernel looks at
+ * mmap_changing before it looks at the range (and then refuses the empty
+ * range, -EINVAL), so this takes no lock and walks no page table, where a
+ * write protection of one page did both (tests/programs/share/uffd_probe.c
+ * pins the order on the kernel the tests run on). */
+long uffd_changing(void) {
+  struct uffdio_writeprotect w = {.range = {0, 0}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+  return sc3(SYS_ioctl, g.uffd, UFFDIO_WRITEPROTECT, &w) == -EAGAIN ? -EAGAIN : 0;
+}
+
 /* Installs data at a missing page (write-protected when ro). -EEXIST: the
  * page is there already (nothing changed). */
 long uffd_copy(uint64_t page, const void *data, int ro) {

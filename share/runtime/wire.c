@@ -88,6 +88,48 @@ int recv_msg(int fd, struct bks_msg *m, void *pl, uint32_t cap) {
   return 0;
 }
 
+/* A buffered reader for a connection read by one thread only (a node's
+ * control connection): each read takes whatever the socket holds, so a
+ * page and its header come in one system call, and messages that arrived
+ * together in one. A message's payload is handed out in place, valid
+ * until the next call. */
+int mb_ready(const struct msgbuf *r) {
+  uint32_t have = r->len - r->off;
+  if (have < sizeof(struct bks_msg)) return 0;
+  const struct bks_msg *m = (const struct bks_msg *)(r->b + r->off);
+  return have - sizeof *m >= m->len;
+}
+
+/* One message, waiting for it if need be: 0, or -1 at the end of the
+ * stream, -EPROTO for a payload over cap, -errno. */
+int mb_recv(int fd, struct msgbuf *r, struct bks_msg *m, char **pl, uint32_t cap) {
+  for (;;) {
+    uint32_t have = r->len - r->off;
+    if (have >= sizeof *m) {
+      memcpy(m, r->b + r->off, sizeof *m);
+      if (m->len > cap || sizeof *m + m->len > r->cap) return -EPROTO;
+      if (have - sizeof *m >= m->len) {
+        *pl = (char *)r->b + r->off + sizeof *m;
+        r->off += (uint32_t)sizeof *m + m->len;
+        return 0;
+      }
+    }
+    if (r->off) { /* the part of a message left goes to the front (a forward copy: safe to the left) */
+      memcpy(r->b, r->b + r->off, have);
+      r->off = 0, r->len = have;
+    }
+    long n = sc3(SYS_read, fd, r->b + r->len, r->cap - r->len);
+    if (n == -EINTR) continue;
+    if (n == -EAGAIN) {
+      struct pollfd pf = {fd, POLLIN, 0};
+      sc3(SYS_poll, &pf, 1, -1);
+      continue;
+    }
+    if (n <= 0) return n == 0 ? -1 : (int)n;
+    r->len += (uint32_t)n;
+  }
+}
+
 /* No Nagle delay, and a dead peer or a cut link noticed within seconds
  * (keepalive probes when idle, TCP_USER_TIMEOUT when data stays
  * unacknowledged). */
