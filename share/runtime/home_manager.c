@@ -309,7 +309,10 @@ enum { DONE = 0, AGAIN = 1 };
  * (uffd_changing: the flag is set before the change, under the mmap lock
  * our read or drop took too, and stays set until we read the change's
  * event, so a read that saw the change is always followed by a look that
- * sees the flag). If one began, what was dropped is
+ * sees the flag. The drop, madvise, takes the mmap lock here because the
+ * range is registered with userfaultfd: since 6.16 it takes only the
+ * mapping's own lock elsewhere, which is released after the flag is set
+ * too). If one began, what was dropped is
  * put back (`todo` follows the change), and the request is served again
  * from the start: nothing else has changed yet. */
 static int changed_since(uint64_t page, const uint8_t *dropped, int ro) {

@@ -317,7 +317,10 @@ void node_manager(void) {
     int buffered = mb_ready(&ctrl);
     long r = buffered ? sc3(SYS_poll, pf, 2, 0) : spin_poll(pf, 2, &last_activity);
     if (r < 0) continue;
-    if (buffered) pf[1].revents |= POLLIN;
+    if (buffered) {
+      pf[1].revents |= POLLIN;
+      last_activity = now_ns(); /* a burst read at once is activity too: keep polling after it */
+    }
     if (pf[0].revents) {
       struct uffd_msg msgs[16];
       long n = sc3(SYS_read, g.uffd, msgs, sizeof msgs);

@@ -15,6 +15,9 @@
 
 struct runtime g;
 
+/* A forward copy (rep movsb, the direction flag clear as the ABI keeps
+ * it): mb_recv (wire.c) moves a message's start to the front of its
+ * buffer with it, over the same bytes. */
 void *memcpy(void *d, const void *s, size_t n) {
   void *r = d;
   __asm__ volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");

@@ -20,17 +20,26 @@ int wr_all(int fd, const void *b, size_t n) {
   return 0;
 }
 
-/* 0, or -1 at the end of the stream, or -errno. */
-int rd_all(int fd, void *b, size_t n) {
-  char *p = b;
-  while (n) {
-    long r = sc3(SYS_read, fd, p, n);
+/* One read of up to n bytes, waiting while there is nothing to read: the
+ * bytes read, 0 at the end of the stream, or -errno. */
+static long read_some(int fd, void *b, size_t n) {
+  for (;;) {
+    long r = sc3(SYS_read, fd, b, n);
     if (r == -EINTR) continue;
     if (r == -EAGAIN) {
       struct pollfd pf = {fd, POLLIN, 0};
       sc3(SYS_poll, &pf, 1, -1);
       continue;
     }
+    return r;
+  }
+}
+
+/* 0, or -1 at the end of the stream, or -errno. */
+int rd_all(int fd, void *b, size_t n) {
+  char *p = b;
+  while (n) {
+    long r = read_some(fd, p, n);
     if (r <= 0) return r == 0 ? -1 : (int)r;
     p += r;
     n -= (size_t)r;
@@ -118,13 +127,7 @@ int mb_recv(int fd, struct msgbuf *r, struct bks_msg *m, char **pl, uint32_t cap
       memcpy(r->b, r->b + r->off, have);
       r->off = 0, r->len = have;
     }
-    long n = sc3(SYS_read, fd, r->b + r->len, r->cap - r->len);
-    if (n == -EINTR) continue;
-    if (n == -EAGAIN) {
-      struct pollfd pf = {fd, POLLIN, 0};
-      sc3(SYS_poll, &pf, 1, -1);
-      continue;
-    }
+    long n = read_some(fd, r->b + r->len, r->cap - r->len);
     if (n <= 0) return n == 0 ? -1 : (int)n;
     r->len += (uint32_t)n;
   }
