@@ -254,6 +254,11 @@ _Static_assert(sizeof(struct bkf_buf_header) == BKF_BUF_HEADER_SIZE, "record are
 
 /* Appends a record; used by the STORE_DATA macros of generated advice. */
 void bkf_store(uint64_t pc, uint32_t jp, int n, const uint64_t *vals);
+/* bkf_store whose time stamp is tsc, an rdtsc the caller made a moment
+ * before, where records hold the TSC (tsc 0 or older than the buffer: the
+ * clock is read, as bkf_store does). Generated advice's STORE_DATA uses it
+ * with the TSC its DO_RDTSC read in the same pass (see the macros below). */
+void bkf_store_tsc(uint64_t pc, uint32_t jp, int n, const uint64_t *vals, uint64_t tsc);
 
 /* The size of the buffer files this process (and the fork children it
  * makes from now on) creates, in bytes, header included, in place of
@@ -337,8 +342,18 @@ int bkf_unweave(int n, const uint64_t *sleds);
 /* Macros available in advice bodies (the paper's Figs. 2, 8). Generated
  * advice declares bkf_pc__ (the sled's address, also what $pc$ becomes) and
  * bkf_jp__ (the join point's index); other users declare them too. */
+#ifdef BKF_ADVICE_TSC__
+/* In generated advice (which defines BKF_ADVICE_TSC__ and declares
+ * uint64_t bkf_tsc__ = 0 in its handler): the TSC that DO_RDTSC read last
+ * in this pass is also the record's time stamp, so a record reads the
+ * TSC once, not twice (each rdtsc is about 10 ns; the store waited for
+ * its own). A record stored before any DO_RDTSC reads the clock itself. */
+#define DO_RDTSC(v) do { uint32_t lo__, hi__; __asm__ volatile("rdtsc" : "=a"(lo__), "=d"(hi__)); bkf_tsc__ = ((uint64_t)hi__ << 32) | lo__; (v) = bkf_tsc__; } while (0)
+#define BKF_STORE_N(pc, ...) do { uint64_t v__[] = {__VA_ARGS__}; bkf_store_tsc((uint64_t)(pc), (uint32_t)(bkf_jp__), (int)(sizeof v__ / sizeof v__[0]), v__, bkf_tsc__); } while (0)
+#else
 #define DO_RDTSC(v) do { uint32_t lo__, hi__; __asm__ volatile("rdtsc" : "=a"(lo__), "=d"(hi__)); (v) = ((uint64_t)hi__ << 32) | lo__; } while (0)
 #define BKF_STORE_N(pc, ...) do { uint64_t v__[] = {__VA_ARGS__}; bkf_store((uint64_t)(pc), (uint32_t)(bkf_jp__), (int)(sizeof v__ / sizeof v__[0]), v__); } while (0)
+#endif
 #define STORE_DATA1(a) BKF_STORE_N(bkf_pc__, (uint64_t)(a))
 #define STORE_DATA2(a, b) BKF_STORE_N(bkf_pc__, (uint64_t)(a), (uint64_t)(b))
 #define STORE_DATA3(a, b, c) BKF_STORE_N(bkf_pc__, (uint64_t)(a), (uint64_t)(b), (uint64_t)(c))

@@ -940,6 +940,59 @@ static void test_time_stamps(char *note) {
   munmap(worst_out, 4096);
 }
 
+/* bkf_store_tsc (generated advice's STORE_DATA after DO_RDTSC): with the
+ * TSC the record's raw time is the TSC given, read 2 ms before the store;
+ * with tsc 0, or one older than the buffer, and with CLOCK_REALTIME
+ * records, the clock read in the store, as bkf_store. */
+static void test_store_tsc(char *note) {
+  const char *modes[] = {"ns", "tsc"};
+  int tsc_ok = cpu_tsc_invariant();
+  for (int m = 0; m < 2; m++) {
+    pid_t p = fork();
+    if (p == 0) {
+      setenv("BUNKAI_FLOW_CLOCK", modes[m], 1);
+      uint64_t early = __builtin_ia32_rdtsc(), v = 7, before[3], after[3], given[3];
+      bkf_store(0x800, 1, 1, &v); /* the buffer, made after `early` */
+      struct bufview b;
+      CHECK(buf_open(&b, getpid()), "%s: no buffer", modes[m]);
+      int tsc = b.h->clock == BKF_CLOCK_TSC;
+      CHECK(tsc == (m == 1 && tsc_ok), "%s: clock %u", modes[m], b.h->clock);
+      for (int i = 0; i < 3; i++) {
+        given[i] = i == 0 ? __builtin_ia32_rdtsc() : i == 1 ? 0 : early;
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, 0);
+        before[i] = now_ns(CLOCK_REALTIME);
+        bkf_store_tsc(0x801 + i, 1, 1, &v, given[i]);
+        after[i] = now_ns(CLOCK_REALTIME);
+      }
+      uint64_t off = 0, k = 0;
+      struct rec r;
+      while (buf_next(&b, &off, &r)) {
+        if (r.pc == 0x800) continue;
+        int i = (int)(r.pc - 0x801);
+        CHECK(i >= 0 && i < 3 && r.nvals == 1 && r.vals[0] == 7, "%s: record %llx", modes[m], (unsigned long long)r.pc);
+        uint64_t raw = *(const uint64_t *)((const char *)r.vals - 24);
+        if (tsc && i == 0) {
+          CHECK(raw == given[i], "%s: raw time %llu, given %llu", modes[m], (unsigned long long)raw, (unsigned long long)given[i]);
+          CHECK(r.ns + 1000000 < before[i], "%s: the given TSC's time is %lld ns from the read before the store", modes[m],
+                (long long)(r.ns - before[i]));
+        } else {
+          CHECK(r.ns + 2000 >= before[i] && r.ns <= after[i] + 2000, "%s: record %d at %lld ns from the read before it", modes[m], i,
+                (long long)(r.ns - before[i]));
+        }
+        k++;
+      }
+      CHECK(k == 3, "%s: %llu records of 3", modes[m], (unsigned long long)k);
+      char path[600];
+      buf_path(path, sizeof path, getpid());
+      unlink(path);
+      _exit(0);
+    }
+    wait_check(p, modes[m]);
+  }
+  sprintf(note, "the TSC given is the record's time%s; 0, or older than the buffer: the clock", tsc_ok ? "" : " (not checked: TSC not invariant)");
+}
+
 /* Buffers that cannot exist: stores are no-ops, nothing breaks. */
 static void test_buffer_unavailable(char *note) {
   const char *envs[][2] = {{"BUNKAI_FLOW_BUF", "0"}, {"BUNKAI_FLOW_DIR", "/proc/nonexistent"}, {"BUNKAI_FLOW_BUF", "12Q"}};
@@ -1733,6 +1786,7 @@ static const struct {
     {"buffer_race", test_buffer_race},
     {"buffer_unavailable", test_buffer_unavailable},
     {"time_stamps", test_time_stamps},
+    {"store_tsc", test_store_tsc},
     {"clock_unprivileged", test_clock_unprivileged},
     {"fork", test_fork},
     {"fork_under_load", test_fork_under_load},

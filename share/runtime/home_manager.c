@@ -305,12 +305,18 @@ enum { DONE = 0, AGAIN = 1 };
  * changed. */
 /* Did a mapping change begin since home's last check? Reads and drops of
  * home's memory are not refused during one, as the userfaultfd calls are,
- * so each is followed by a call that is: write protection, which home's
- * copy has or is about to lose anyway. If one began, what was dropped is
+ * so each is followed by a look at the kernel's flag that refuses them
+ * (uffd_changing: the flag is set before the change, under the mmap lock
+ * our read or drop took too, and stays set until we read the change's
+ * event, so a read that saw the change is always followed by a look that
+ * sees the flag. The drop, madvise, takes the mmap lock here because the
+ * range is registered with userfaultfd: since 6.16 it takes only the
+ * mapping's own lock elsewhere, which is released after the flag is set
+ * too). If one began, what was dropped is
  * put back (`todo` follows the change), and the request is served again
  * from the start: nothing else has changed yet. */
 static int changed_since(uint64_t page, const uint8_t *dropped, int ro) {
-  if (uffd_wp(page, PAGE, 1) != -EAGAIN) return 0;
+  if (uffd_changing() != -EAGAIN) return 0;
   if (dropped) {
     memcpy(todo_data, dropped, PAGE);
     todo.kind = TODO_RESTORE, todo.page = page, todo.ro = ro;
@@ -756,28 +762,7 @@ static void clear_tid(struct item *it) {
 /* ------------------------------------------------------------------ */
 /* The loop                                                            */
 
-/* Waits for any of pf: first by polling without sleeping for a while after
- * the last activity (a sleeping manager costs a cross-core wakeup, about
- * 9 us here, on every page transfer), then blocking. */
-static uint64_t spin_ns = 100000;
-static long spin_poll(struct pollfd *pf, int n) {
-  static uint64_t last;
-  uint64_t t = now_ns();
-  if (t - last < spin_ns) {
-    for (;;) {
-      long r = sc3(SYS_poll, pf, n, 0);
-      if (r) {
-        last = now_ns();
-        return r;
-      }
-      sc0(SYS_sched_yield); /* let a runnable thread of the program have the core */
-      if (now_ns() - last > spin_ns) break;
-    }
-  }
-  long r = sc3(SYS_poll, pf, n, -1);
-  last = now_ns();
-  return r;
-}
+static uint64_t last_activity; /* for spin_poll */
 
 static void home_manager(void *unused) {
   (void)unused;
@@ -793,7 +778,7 @@ static void home_manager(void *unused) {
     int ex0 = n, polled = nexiting; /* run_queue below may add more: they were not polled */
     for (int i = 0; i < nexiting; i++) pf[n++] = (struct pollfd){exiting[i]->pidfd, POLLIN, 0};
     awaited = 0;
-    long r = spin_poll(pf, n);
+    long r = spin_poll(pf, n, &last_activity);
     if (r < 0) continue;
     if (pf[0].revents) drain_events();
     if (pf[1].revents) {

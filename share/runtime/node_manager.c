@@ -299,37 +299,28 @@ static void fault(struct uffd_msg *msg) {
   up(BKS_PAGE_REQ, page, (write ? BKS_REQ_WRITE : 0) | (wp ? BKS_REQ_HAVE : 0), 0, 0);
 }
 
-/* Waits for any of pf: first by polling without sleeping for a while after
- * the last activity (a cross-core wakeup costs about 9 us here), then
- * blocking. */
-static long spin_poll(struct pollfd *pf, int n) {
-  static uint64_t last;
-  const uint64_t spin_ns = 100000;
-  if (now_ns() - last < spin_ns) {
-    for (;;) {
-      long r = sc3(SYS_poll, pf, n, 0);
-      if (r) {
-        last = now_ns();
-        return r;
-      }
-      sc0(SYS_sched_yield);
-      if (now_ns() - last > spin_ns) break;
-    }
-  }
-  long r = sc3(SYS_poll, pf, n, -1);
-  last = now_ns();
-  return r;
-}
+static uint64_t last_activity; /* for spin_poll */
+
+/* The control connection's reader: home's messages, read as they come
+ * (a page with its header in one read). */
+#define CTRL_BUF (64 << 10)
+static struct msgbuf ctrl;
 
 void node_manager(void) {
-  static char pl[PAGE + 512];
   maps = priv_alloc(NODE_MAPS_CAP);
+  ctrl = (struct msgbuf){priv_alloc(CTRL_BUF), 0, 0, CTRL_BUF};
   struct pollfd pf[2];
   for (;;) {
     pf[0] = (struct pollfd){g.uffd, POLLIN, 0};
     pf[1] = (struct pollfd){g.hosts[0].fd, POLLIN, 0};
-    long r = spin_poll(pf, 2);
+    /* a message read already: only a look at the faults before it */
+    int buffered = mb_ready(&ctrl);
+    long r = buffered ? sc3(SYS_poll, pf, 2, 0) : spin_poll(pf, 2, &last_activity);
     if (r < 0) continue;
+    if (buffered) {
+      pf[1].revents |= POLLIN;
+      last_activity = now_ns(); /* a burst read at once is activity too: keep polling after it */
+    }
     if (pf[0].revents) {
       struct uffd_msg msgs[16];
       long n = sc3(SYS_read, g.uffd, msgs, sizeof msgs);
@@ -338,7 +329,8 @@ void node_manager(void) {
     }
     if (pf[1].revents) {
       struct bks_msg m;
-      int e = recv_msg(g.hosts[0].fd, &m, pl, sizeof pl);
+      char *pl;
+      int e = mb_recv(g.hosts[0].fd, &ctrl, &m, &pl, PAGE + 512);
       if (e) home_ended(e, "reading a control message");
       control(&m, pl);
       __atomic_add_fetch(&g.processed, 1, __ATOMIC_RELEASE);

@@ -81,6 +81,7 @@ void *priv_alloc(uint64_t size);
 void lock(volatile int *l);
 void unlock(volatile int *l);
 uint64_t now_ns(void);
+long spin_poll(struct pollfd *pf, int n, uint64_t *last);
 int hide_fd(int fd);
 void sleep_ms(long ms);
 int random_bytes(void *b, size_t n);
@@ -110,6 +111,7 @@ int page_here(uint64_t page);
 void uffd_open(int events);
 long uffd_register(uint64_t start, uint64_t end);
 long uffd_wp(uint64_t page, uint64_t len, int on);
+long uffd_changing(void);
 long uffd_copy(uint64_t page, const void *data, int ro);
 long uffd_zero(uint64_t page);
 long uffd_wake(uint64_t start, uint64_t len);
@@ -123,6 +125,12 @@ int rd_all(int fd, void *b, size_t n);
 int rd_deadline(int fd, void *b, size_t n, uint64_t deadline_ns);
 void send_msg(int fd, uint32_t type, uint64_t a, uint64_t b, uint64_t c, const void *pl, uint32_t len);
 int recv_msg(int fd, struct bks_msg *m, void *pl, uint32_t cap);
+struct msgbuf {
+  uint8_t *b;
+  uint32_t off, len, cap;
+};
+int mb_ready(const struct msgbuf *r);
+int mb_recv(int fd, struct msgbuf *r, struct bks_msg *m, char **pl, uint32_t cap);
 void tune_socket(int fd);
 int tcp_connect(uint32_t ip, uint16_t port);
 

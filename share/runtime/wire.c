@@ -20,17 +20,26 @@ int wr_all(int fd, const void *b, size_t n) {
   return 0;
 }
 
-/* 0, or -1 at the end of the stream, or -errno. */
-int rd_all(int fd, void *b, size_t n) {
-  char *p = b;
-  while (n) {
-    long r = sc3(SYS_read, fd, p, n);
+/* One read of up to n bytes, waiting while there is nothing to read: the
+ * bytes read, 0 at the end of the stream, or -errno. */
+static long read_some(int fd, void *b, size_t n) {
+  for (;;) {
+    long r = sc3(SYS_read, fd, b, n);
     if (r == -EINTR) continue;
     if (r == -EAGAIN) {
       struct pollfd pf = {fd, POLLIN, 0};
       sc3(SYS_poll, &pf, 1, -1);
       continue;
     }
+    return r;
+  }
+}
+
+/* 0, or -1 at the end of the stream, or -errno. */
+int rd_all(int fd, void *b, size_t n) {
+  char *p = b;
+  while (n) {
+    long r = read_some(fd, p, n);
     if (r <= 0) return r == 0 ? -1 : (int)r;
     p += r;
     n -= (size_t)r;
@@ -86,6 +95,42 @@ int recv_msg(int fd, struct bks_msg *m, void *pl, uint32_t cap) {
   if (m->len > cap) return -EPROTO;
   if (m->len) return rd_all(fd, pl, m->len);
   return 0;
+}
+
+/* A buffered reader for a connection read by one thread only (a node's
+ * control connection): each read takes whatever the socket holds, so a
+ * page and its header come in one system call, and messages that arrived
+ * together in one. A message's payload is handed out in place, valid
+ * until the next call. */
+int mb_ready(const struct msgbuf *r) {
+  uint32_t have = r->len - r->off;
+  if (have < sizeof(struct bks_msg)) return 0;
+  const struct bks_msg *m = (const struct bks_msg *)(r->b + r->off);
+  return have - sizeof *m >= m->len;
+}
+
+/* One message, waiting for it if need be: 0, or -1 at the end of the
+ * stream, -EPROTO for a payload over cap, -errno. */
+int mb_recv(int fd, struct msgbuf *r, struct bks_msg *m, char **pl, uint32_t cap) {
+  for (;;) {
+    uint32_t have = r->len - r->off;
+    if (have >= sizeof *m) {
+      memcpy(m, r->b + r->off, sizeof *m);
+      if (m->len > cap || sizeof *m + m->len > r->cap) return -EPROTO;
+      if (have - sizeof *m >= m->len) {
+        *pl = (char *)r->b + r->off + sizeof *m;
+        r->off += (uint32_t)sizeof *m + m->len;
+        return 0;
+      }
+    }
+    if (r->off) { /* the part of a message left goes to the front (a forward copy: safe to the left) */
+      memcpy(r->b, r->b + r->off, have);
+      r->off = 0, r->len = have;
+    }
+    long n = read_some(fd, r->b + r->len, r->cap - r->len);
+    if (n <= 0) return n == 0 ? -1 : (int)n;
+    r->len += (uint32_t)n;
+  }
 }
 
 /* No Nagle delay, and a dead peer or a cut link noticed within seconds

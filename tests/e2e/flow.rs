@@ -1054,7 +1054,8 @@ fn emit_generates_a_module_that_compiles() {
     // each part where its pointcut is, the xflow's code before the advice.
     // A case's labels name its parts in order, one comment line each, and
     // the parts' code follows in the same order (cases with the same code
-    // share it: the labels of several sleds, then one body)
+    // share it: the labels of several sleds, then one body; the body's
+    // `case`, then a `/* sled K: join point J */` line a sled)
     let block = |what: &str| -> String {
         let at = src.find(&format!("/* {what} ")).unwrap_or_else(|| panic!("{what}: {src}"));
         let line_start = src[..at].rfind('\n').unwrap() + 1;
@@ -1062,7 +1063,12 @@ fn emit_generates_a_module_that_compiles() {
         let after: Vec<&str> = src[line_start..].lines().collect();
         // this part's place among the comment lines of its case
         let before = src[..line_start].lines().rev().take_while(|l| l.starts_with("    /* ")).count();
-        let rest = after.iter().skip_while(|l| l.starts_with("    /* ") || l.starts_with("  case ")).cloned().collect::<Vec<_>>().join("\n");
+        let rest = after
+            .iter()
+            .skip_while(|l| l.starts_with("    /* ") || l.starts_with("  case ") || l.starts_with("  /* sled "))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n");
         let part = rest.split("\n    }\n").nth(before).unwrap_or_else(|| panic!("{what}: part {before} of {rest}"));
         format!("{comment}\n{part}")
     };
@@ -1075,6 +1081,23 @@ fn emit_generates_a_module_that_compiles() {
     assert!(quit.contains("pkt_free */") && quit.contains("remove_flowid(T_pktflow, key__)"), "{quit}");
     assert!(src.find("xflow pktflow start 1").unwrap() < src.find("advice 1 (line").unwrap());
     assert!(src.contains("STORE_DATA3(bkf_pc__, tsc, id)"), "$pc$ becomes the sled's address");
+    // what the handler gets for each sled is its join point above its
+    // body's case (no table a sled in the handler): each sled's comment
+    // names the join point its value carries, under the case of its body
+    let bits: u32 = src.split("uint32_t bkf_jp__ = k__ >> ").nth(1).and_then(|r| r.split(';').next()).and_then(|b| b.parse().ok()).expect(&src);
+    let vals: Vec<u64> = src.split("static const uint32_t CASE__[").nth(1).unwrap().split_once("= {").unwrap().1.split('}').next().unwrap().split(", ").map(|v| v.parse().unwrap()).collect();
+    let mut body = None;
+    let mut seen = 0;
+    for l in src.lines() {
+        if let Some(b) = l.strip_prefix("  case ").and_then(|r| r.strip_suffix(':')) {
+            body = Some(b.parse::<u64>().unwrap());
+        } else if let Some((k, j)) = l.strip_prefix("  /* sled ").and_then(|r| r.split_once(": join point ")) {
+            let (k, j): (usize, u64) = (k.parse().unwrap(), j.trim_end_matches(" */").parse().unwrap());
+            assert_eq!(vals[k], j << bits | body.unwrap(), "sled {k}: {l}");
+            seen += 1;
+        }
+    }
+    assert!(seen == vals.len() && seen > 0 && !src.contains("JP__"), "{src}");
 
     // <after> in a program built without sleds after its accesses: the
     // place and the option that gives them

@@ -491,7 +491,7 @@ fn share_program(name: &str) -> PathBuf {
     let dir = DIR.get_or_init(|| {
         let d = root().join("build/tests/share");
         std::fs::create_dir_all(&d).unwrap();
-        for n in ["basic", "sync", "litmus", "stress", "dlopen", "moves", "firsttouch"] {
+        for n in ["basic", "sync", "litmus", "stress", "dlopen", "moves", "firsttouch", "uffd_probe"] {
             let out = d.join(n);
             let st = Command::new("clang-14")
                 .args(["-O2", "-pthread", "-o"])
@@ -800,6 +800,34 @@ fn memory_moved_and_grown_under_remote_threads() {
             assert_eq!(text(&out.stdout), text(&want.stdout), "--place {place} run {run}: {err}");
         }
     }
+}
+
+/// The kernel answers the home manager's cheap question "is a mapping
+/// change in flight?" (a write protection of an empty range, share/runtime/
+/// uffd.c) as the manager needs: EAGAIN while a munmap's or an mremap's
+/// event is unread, EINVAL otherwise. A kernel that checked the range first
+/// would say EINVAL in both cases, and home would hand out pages the
+/// program had just moved; this run fails on such a kernel.
+#[test]
+fn kernel_flags_a_mapping_change_in_flight() {
+    setup();
+    if !can_run("kernel_flags_a_mapping_change_in_flight", true, false) {
+        return;
+    }
+    let probe = share_program("uffd_probe");
+    let child = Command::new(&probe)
+        .arg("40")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finish_named(child, Duration::from_secs(60), "uffd_probe 40");
+    let line = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{line}{}", text(&out.stderr));
+    assert!(
+        line.contains("40 rounds, 80 idle answers EINVAL, 40 in-flight answers EAGAIN, 0 wrong"),
+        "{line}"
+    );
 }
 
 /// Regions main maps, fills and unmaps, 200 times, each first touched by
