@@ -55,6 +55,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
+    fn signal(sig: i32, handler: usize) -> usize;
 }
 const SIGINT: i32 = 2;
 const SIGKILL: i32 = 9;
@@ -82,6 +83,16 @@ fn start_demo(args: &[&str], dir: Option<&Path>, log: &Path) -> std::process::Ch
         .stdout(Stdio::from(f.try_clone().unwrap()))
         .stderr(Stdio::from(f))
         .process_group(0);
+    // The demo's Ctrl-C handling is bash's trap, and bash cannot trap a
+    // signal ignored when it starts: a test run from a background job of
+    // a non-interactive shell (`make test &`) inherits SIGINT ignored.
+    // SAFETY: signal() is async-signal-safe; SIG_DFL is 0
+    unsafe {
+        cmd.pre_exec(|| {
+            signal(SIGINT, 0);
+            Ok(())
+        });
+    }
     match dir {
         Some(d) => cmd.env("BUNKAI_DEMO_DIR", d),
         None => cmd.env_remove("BUNKAI_DEMO_DIR"),
