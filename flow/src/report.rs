@@ -480,6 +480,18 @@ fn esc(s: &str) -> String {
 /// it, on whichever of three label rows has room. A legend says what the
 /// marks are; with more than `OVERVIEW_AFTER` flows, an overview first
 /// puts them on one clock, a bar each from its first step to its last.
+/// A flow's line in the picture: its steps, the processes it passed and
+/// how long it lasted (the overview's note and the flow's own title).
+fn flow_summary(steps: &[Step], lanes: &[usize]) -> String {
+    let span = (steps.last().unwrap().ns - steps[0].ns) as f64 / 1e3;
+    format!(
+        "{} steps, {} process{}, {span:.1} µs",
+        steps.len(),
+        lanes.len(),
+        if lanes.len() == 1 { "" } else { "es" }
+    )
+}
+
 fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> Result<String> {
     use bunkai_common::plot::{self, FAMILY};
     use plotters::prelude::*;
@@ -616,13 +628,7 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> Result<
                 .draw_series(shown.iter().enumerate().map(|(i, (_, steps, lanes))| {
                     let yc = n - i as f64 - 0.5;
                     let b = (steps.last().unwrap().ns - t0) as f64 / 1e3;
-                    let span = (steps.last().unwrap().ns - steps[0].ns) as f64 / 1e3;
-                    let what = format!(
-                        " {} steps, {} process{}, {span:.1} µs",
-                        steps.len(),
-                        lanes.len(),
-                        if lanes.len() == 1 { "" } else { "es" }
-                    );
+                    let what = format!(" {}", flow_summary(steps, lanes));
                     // past the middle, the note goes left of the bar's start
                     let (x, pos) = if b > xmax * 0.6 {
                         ((steps[0].ns - t0) as f64 / 1e3, Pos::new(HPos::Right, VPos::Center))
@@ -639,10 +645,8 @@ fn svg(bufs: &[Buffer], flows: &BTreeMap<u64, Vec<Step>>, max: usize) -> Result<
             let span = (steps.last().unwrap().ns - t0) as f64 / 1e3;
             root.draw_text(
                 &format!(
-                    "flow {id:#x}: {} steps, {} process{}, {span:.1} µs{}",
-                    steps.len(),
-                    lanes.len(),
-                    if lanes.len() == 1 { "" } else { "es" },
+                    "flow {id:#x}: {}{}",
+                    flow_summary(steps, lanes),
                     if cut_short(bufs, steps) { ", cut short? (a buffer it passed filled)" } else { "" }
                 ),
                 &style(12.5, &ink),
