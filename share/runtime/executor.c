@@ -143,10 +143,10 @@ static uint64_t executor(void *p) {
     union { struct bks_syscall s; uint64_t arg; char raw[64]; } pl;
     /* A thread's calls come in bursts: within 100 us of its last call,
      * the next is polled for (a blocking read pays a wakeup, see
-     * await_readable and rpc in remote_thread.c); a thread quiet for
-     * longer is waited for asleep. Polling after every answer instead,
-     * whatever came before, made a forwarded getppid 37 us against 22
-     * (sharebench, 8 interleaved runs each). */
+     * await_readable); a thread quiet for longer is waited for asleep.
+     * Polling after every answer instead, whatever came before, made a
+     * forwarded getppid 37 us against 22 (sharebench, 8 interleaved
+     * runs each). */
     struct pollfd pf = {fd, POLLIN, 0};
     spin_poll(&pf, 1, &last);
     int r = recv_msg(fd, &m, &pl, sizeof pl);

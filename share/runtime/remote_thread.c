@@ -26,22 +26,11 @@ struct rthread *me(void) {
   return 0;
 }
 
-/* A call to the executor. The thread polls for the answer (the executor
- * polls for calls that come in a burst, executor.c) while answers come
- * within the spin, and sleeps once one has not: a call that moves pages
- * (a read into a buffer this node wrote, a path the home host fetches)
- * needs this node's manager, which may share the core. Forwarded getppid,
- * median of 16 interleaved runs (sharebench): 26 us polling, 35 us
- * blocking (which is bimodal, 30 or 90 us by where the scheduler puts the
- * two threads); read(2) of 4 KiB 263 us, 212 blocking, 356 polling
- * always. */
 static long rpc(struct rthread *t, uint32_t type, uint64_t a, uint64_t b, uint64_t c, const void *pl, uint32_t len,
                 struct bks_msg *reply) {
-  uint64_t sent = now_ns();
   send_msg(t->fd, type, a, b, c, pl, len);
-  if (!t->slow_answers) await_readable(t->fd, sent);
+  await_readable(t->fd);
   int r = recv_msg(t->fd, reply, 0, 0);
-  t->slow_answers = now_ns() - sent > 100000;
   if (r) home_ended(r, "a thread waited for its executor");
   return (long)reply->a;
 }

@@ -82,7 +82,7 @@ void lock(volatile int *l);
 void unlock(volatile int *l);
 uint64_t now_ns(void);
 long spin_poll(struct pollfd *pf, int n, uint64_t *last);
-void await_readable(int fd, uint64_t since);
+void await_readable(int fd);
 int hide_fd(int fd);
 void sleep_ms(long ms);
 int random_bytes(void *b, size_t n);
@@ -181,7 +181,6 @@ struct rthread {
   uint64_t last_fault;     /* the same fault over and over, nothing mapped */
   uint32_t last_layout;    /* in between, is a real one (remote_thread.c) */
   int repeats;
-  int slow_answers;         /* the last call's answer took longer than a spin (rpc) */
   volatile uint8_t selector;
 };
 
