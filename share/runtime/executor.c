@@ -137,18 +137,10 @@ static uint64_t executor(void *p) {
   struct bks_start st = {(uint64_t)x->fn, (uint64_t)x->arg, x->app_sp, x->fs, x->thread, (uint32_t)tid, g.home_pid, 0};
   int fd = connect_node(h, &st);
   if (fd < 0) node_gone(h, fd);
-  uint64_t ret = 0, last = 0; /* when the last call came, for spin_poll */
+  uint64_t ret = 0;
   for (;;) {
     struct bks_msg m;
     union { struct bks_syscall s; uint64_t arg; char raw[64]; } pl;
-    /* A thread's calls come in bursts: within 100 us of its last call,
-     * the next is polled for (a blocking read pays a wakeup, see
-     * await_readable); a thread quiet for longer is waited for asleep.
-     * Polling after every answer instead, whatever came before, made a
-     * forwarded getppid 37 us against 22 (sharebench, 8 interleaved
-     * runs each). */
-    struct pollfd pf = {fd, POLLIN, 0};
-    spin_poll(&pf, 1, &last);
     int r = recv_msg(fd, &m, &pl, sizeof pl);
     if (r) node_gone(h, r);
     if (m.type == BKS_SYSCALL && m.len == sizeof pl.s) {

@@ -29,7 +29,6 @@ struct rthread *me(void) {
 static long rpc(struct rthread *t, uint32_t type, uint64_t a, uint64_t b, uint64_t c, const void *pl, uint32_t len,
                 struct bks_msg *reply) {
   send_msg(t->fd, type, a, b, c, pl, len);
-  await_readable(t->fd);
   int r = recv_msg(t->fd, reply, 0, 0);
   if (r) home_ended(r, "a thread waited for its executor");
   return (long)reply->a;

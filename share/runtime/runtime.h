@@ -82,7 +82,6 @@ void lock(volatile int *l);
 void unlock(volatile int *l);
 uint64_t now_ns(void);
 long spin_poll(struct pollfd *pf, int n, uint64_t *last);
-void await_readable(int fd);
 int hide_fd(int fd);
 void sleep_ms(long ms);
 int random_bytes(void *b, size_t n);

@@ -193,21 +193,6 @@ long spin_poll(struct pollfd *pf, int n, uint64_t *last) {
   return r;
 }
 
-/* Waits until fd is readable, polling first for a while as a manager
- * does (spin_poll): a remote thread that has sent its executor a call
- * expects the answer within microseconds, and a blocking read pays a
- * wakeup instead: here up to 50 us a side (an idle virtual CPU woken by
- * an interrupt), which made a forwarded getppid take 30 or 100 us by
- * where the scheduler put the two threads, against 20-39 us polling (the
- * executor polls too, see executor.c). A call that blocks longer (a futex
- * wait, a read of an empty pipe) costs its thread one spin, with the core
- * yielded between looks. */
-void await_readable(int fd) {
-  uint64_t last = now_ns();
-  struct pollfd pf = {fd, POLLIN, 0};
-  spin_poll(&pf, 1, &last);
-}
-
 void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
   sc2(SYS_nanosleep, &ts, 0);
