@@ -641,24 +641,27 @@ fn corpus(len: usize) -> Vec<u8> {
     data
 }
 
-/// Runs argv `times` times under `bunkai share run` on three hosts and
-/// checks every run against the native output, byte for byte, and that
+/// Runs argv `times` times under `bunkai share run --place place` on the
+/// hosts of h and checks every run against the native output, byte for byte, and that
 /// threads ran on the nodes and pages moved. Returns the native output.
-fn same_every_time(h: &Hosts, nodes: &[Node], argv: &[&str], times: usize, limit: Duration) -> Vec<u8> {
+fn same_every_time(h: &Hosts, nodes: &[Node], place: &str, argv: &[&str], times: usize, limit: Duration) -> Vec<u8> {
     let native = native(h, argv, limit);
     assert!(native.status.success(), "{argv:?} natively: {}", text(&native.stderr));
     for run in 1..=times {
-        let out = shared(h, nodes, "rr", argv, limit);
+        let out = shared(h, nodes, place, argv, limit);
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{argv:?} run {run} of {times}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{argv:?} --place {place} run {run} of {times}: {err}");
         assert!(
             out.stdout == native.stdout,
-            "{argv:?} run {run} of {times}: output differs from the native run ({} against {} bytes)",
+            "{argv:?} --place {place} run {run} of {times}: output differs from the native run ({} against {} bytes)",
             out.stdout.len(),
             native.stdout.len()
         );
         let (on_nodes, moved) = spread(&summary(&err));
-        assert!(on_nodes >= 1 && moved > 0, "{argv:?} run {run}: threads on nodes {on_nodes}, pages moved {moved}");
+        assert!(
+            on_nodes >= 1 && moved > 0,
+            "{argv:?} --place {place} run {run}: threads on nodes {on_nodes}, pages moved {moved}"
+        );
     }
     native.stdout
 }
@@ -682,15 +685,15 @@ fn real_programs_give_the_native_output_every_time() {
     std::fs::write(&input, corpus(8 << 20)).unwrap();
     let i = input.to_str().unwrap();
     let limit = Duration::from_secs(120);
-    let gz = same_every_time(&h, &nodes, &["pigz", "-p", "3", "-c", i], 10, limit);
-    let bz = same_every_time(&h, &nodes, &["lbzip2", "-n", "3", "-c", i], 10, limit);
+    let gz = same_every_time(&h, &nodes, "rr", &["pigz", "-p", "3", "-c", i], 10, limit);
+    let bz = same_every_time(&h, &nodes, "rr", &["lbzip2", "-n", "3", "-c", i], 10, limit);
     for (name, data) in [("in.gz", &gz), ("in.bz2", &bz)] {
         std::fs::write(work.path().join(name), data).unwrap();
     }
     let gzp = work.path().join("in.gz");
     let bzp = work.path().join("in.bz2");
-    let d1 = same_every_time(&h, &nodes, &["pigz", "-p", "3", "-d", "-c", gzp.to_str().unwrap()], 10, limit);
-    let d2 = same_every_time(&h, &nodes, &["lbzip2", "-n", "3", "-d", "-c", bzp.to_str().unwrap()], 10, limit);
+    let d1 = same_every_time(&h, &nodes, "rr", &["pigz", "-p", "3", "-d", "-c", gzp.to_str().unwrap()], 10, limit);
+    let d2 = same_every_time(&h, &nodes, "rr", &["lbzip2", "-n", "3", "-d", "-c", bzp.to_str().unwrap()], 10, limit);
     let data = std::fs::read(&input).unwrap();
     assert!(d1 == data && d2 == data, "decompressed output is not the input");
 }
@@ -789,16 +792,8 @@ fn memory_moved_and_grown_under_remote_threads() {
     let h = Hosts::new(2).unwrap();
     let nodes: Vec<Node> = (1..=2).map(|k| serving(&h, k)).collect();
     let moves = share_program("moves");
-    let argv = [moves.to_str().unwrap()];
-    let want = native(&h, &argv, Duration::from_secs(30));
-    assert!(want.status.success(), "natively: {}", text(&want.stderr));
     for place in ["remote", "rr"] {
-        for run in 1..=5 {
-            let out = shared(&h, &nodes, place, &argv, Duration::from_secs(60));
-            let err = text(&out.stderr);
-            assert_eq!(out.status.code(), Some(0), "--place {place} run {run}: {}{err}", text(&out.stdout));
-            assert_eq!(text(&out.stdout), text(&want.stdout), "--place {place} run {run}: {err}");
-        }
+        same_every_time(&h, &nodes, place, &[moves.to_str().unwrap()], 5, Duration::from_secs(60));
     }
 }
 
@@ -846,15 +841,7 @@ fn regions_first_touched_by_two_threads_of_a_node() {
     let nodes: Vec<Node> = (1..=2).map(|k| serving(&h, k)).collect();
     let ft = share_program("firsttouch");
     for (place, threads) in [("remote", "4"), ("rr", "6")] {
-        let argv = [ft.to_str().unwrap(), threads, "200"];
-        let want = native(&h, &argv, Duration::from_secs(30));
-        assert!(want.status.success(), "natively: {}", text(&want.stderr));
-        for run in 1..=3 {
-            let out = shared(&h, &nodes, place, &argv, Duration::from_secs(90));
-            let err = text(&out.stderr);
-            assert_eq!(out.status.code(), Some(0), "--place {place} run {run}: {}{err}", text(&out.stdout));
-            assert_eq!(text(&out.stdout), text(&want.stdout), "--place {place} run {run}: {err}");
-        }
+        same_every_time(&h, &nodes, place, &[ft.to_str().unwrap(), threads, "200"], 3, Duration::from_secs(90));
     }
 }
 
@@ -873,9 +860,9 @@ fn dlopen_before_and_after_threads_start() {
     let h = Hosts::new(2).unwrap();
     let nodes: Vec<Node> = (1..=2).map(|k| serving(&h, k)).collect();
     let dl = share_program("dlopen");
-    same_every_time(&h, &nodes, &[dl.to_str().unwrap(), "4"], 10, Duration::from_secs(60));
+    same_every_time(&h, &nodes, "rr", &[dl.to_str().unwrap(), "4"], 10, Duration::from_secs(60));
     let py = program("share/hash_threads.py");
-    same_every_time(&h, &nodes, &["/usr/bin/python3", py.to_str().unwrap(), "4"], 3, Duration::from_secs(120));
+    same_every_time(&h, &nodes, "rr", &["/usr/bin/python3", py.to_str().unwrap(), "4"], 3, Duration::from_secs(120));
 }
 
 /// A real fault in a thread on a node ends the run as it ends natively
