@@ -1113,7 +1113,7 @@ struct ForkHost {
     sock: String,
     xdg: PathBuf,
     ours: KillPids,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl ForkHost {
@@ -1122,20 +1122,30 @@ impl ForkHost {
         let exe = build_fork_host(dir.path());
         let module = compile_module(ANSWER42, "answer42", dir.path());
         let xdg = private_dir(&dir.path().join("run"));
-        let mut host = Command::new(&exe)
-            .env("XDG_RUNTIME_DIR", &xdg)
+        let mut h = ForkHost::spawn(Command::new(&exe), &xdg, "fork-host");
+        h._dir = Some(dir);
+        bunkai_ok(&["mod", "load", "--socket", &h.sock, module.to_str().unwrap()]);
+        h
+    }
+
+    /// The forking host as cmd starts it (the program, or a wrapper that
+    /// runs it) on the default directory of xdg, with a deadline; its
+    /// socket is its first line. Nothing loaded.
+    fn spawn(mut cmd: Command, xdg: &Path, what: &str) -> ForkHost {
+        let mut host = cmd
+            .env("XDG_RUNTIME_DIR", xdg)
             .env_remove("BUNKAI_HOST_SOCKET")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        kill_after(&host, DEADLINE, "fork-host");
+        kill_after(&host, DEADLINE, what);
         let ours = KillPids(vec![host.id()]);
         let stdin = host.stdin.take().unwrap();
         let lines = stdout_lines(&mut host);
-        let mut h = ForkHost { host, stdin, lines, sock: String::new(), xdg, ours, _dir: dir };
-        h.sock = h.line().strip_prefix("socket ").unwrap().to_string();
-        bunkai_ok(&["mod", "load", "--socket", &h.sock, module.to_str().unwrap()]);
+        let mut h = ForkHost { host, stdin, lines, sock: String::new(), xdg: xdg.to_path_buf(), ours, _dir: None };
+        let first = h.line();
+        h.sock = first.strip_prefix("socket ").unwrap_or_else(|| panic!("{what} said {first:?}")).to_string();
         h
     }
 
@@ -1287,28 +1297,17 @@ fn a_fork_child_gets_a_host_of_its_own() {
         if explicit {
             cmd.arg(dir.path().join("explicit.sock"));
         }
-        let mut host = cmd
-            .env("XDG_RUNTIME_DIR", &xdg)
-            .env_remove("BUNKAI_HOST_SOCKET")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        kill_after(&host, DEADLINE, "fork-host");
-        let mut ours = KillPids(vec![host.id()]);
-        let mut stdin = host.stdin.take().unwrap();
-        let lines = stdout_lines(&mut host);
-        let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
-        let sock = line().strip_prefix("socket ").unwrap().to_string();
+        let mut host = ForkHost::spawn(cmd, &xdg, "fork-host");
+        let sock = host.sock.clone();
         if !explicit {
-            assert_eq!(sock, xdg.join(format!("bunkai-mod/{}.sock", host.id())).to_str().unwrap());
+            assert_eq!(sock, xdg.join(format!("bunkai-mod/{}.sock", host.host.id())).to_str().unwrap());
         }
         bunkai_ok(&["mod", "load", "--socket", &sock, module.to_str().unwrap()]);
-        writeln!(stdin, "fork").unwrap();
-        let child = line();
+        writeln!(host.stdin, "fork").unwrap();
+        let child = host.line();
         let f: Vec<&str> = child.split(' ').collect();
         let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
-        ours.0.push(cpid);
+        host.ours.0.push(cpid);
         kill_pid_after(cpid, DEADLINE, "fork-host's child");
         assert_eq!((f.len(), f[0], f[3]), (4, "child", "42"), "{child}: the child calls the module it inherited");
         if explicit {
@@ -1323,8 +1322,8 @@ fn a_fork_child_gets_a_host_of_its_own() {
             // a child exiting normally leaves its parent's socket and
             // removes its own; one that calls _exit at once never made one
             for cmd in ["forkx", "forkq"] {
-                writeln!(stdin, "{cmd}").unwrap();
-                let gone: u32 = line().split(' ').nth(1).unwrap().parse().unwrap();
+                writeln!(host.stdin, "{cmd}").unwrap();
+                let gone: u32 = host.line().split(' ').nth(1).unwrap().parse().unwrap();
                 let t0 = Instant::now();
                 while std::fs::read_to_string(format!("/proc/{gone}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap().trim_start().starts_with('Z')) {
                     assert!(t0.elapsed() < Duration::from_secs(30), "the exiting child {gone} did not end");
@@ -1337,23 +1336,17 @@ fn a_fork_child_gets_a_host_of_its_own() {
                 // next host to start in the directory removes it
                 if cmd == "forkq" && unsafe { geteuid() } == 0 {
                     assert!(own.exists(), "root's child made no socket at its fork");
-                    let mut next = Command::new(&exe).env("XDG_RUNTIME_DIR", &xdg).env_remove("BUNKAI_HOST_SOCKET").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-                    kill_after(&next, DEADLINE, "fork-host");
-                    ours.0.push(next.id());
-                    let rx = stdout_lines(&mut next);
-                    let l = rx.recv_timeout(Duration::from_secs(30)).expect("the second host printed nothing");
-                    assert!(l.starts_with("socket "), "{l}");
+                    drop(ForkHost::spawn(Command::new(&exe), &xdg, "the second fork-host"));
                 }
                 assert!(!own.exists(), "{cmd}: the child left {}", own.display());
             }
         }
         // the parent keeps its module and answers
-        writeln!(stdin, "call").unwrap();
-        assert_eq!(line(), "value 42");
+        writeln!(host.stdin, "call").unwrap();
+        assert_eq!(host.line(), "value 42");
         let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &sock, "--json"]).stdout).unwrap();
         assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
-        drop(ours);
-        host.wait().unwrap();
+        drop(host);
     }
 }
 
@@ -1371,35 +1364,22 @@ fn a_users_fork_child_gets_its_host_late_and_a_quick_one_none() {
     let exe = build_fork_host(dir.path());
     let xdg = private_dir(&dir.path().join("run"));
     std::os::unix::fs::chown(&xdg, Some(65534), Some(65534)).unwrap();
-    let mut host = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&exe)
-        .env("XDG_RUNTIME_DIR", &xdg)
-        .env_remove("BUNKAI_HOST_SOCKET")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    kill_after(&host, DEADLINE, "fork-host as nobody");
-    let mut ours = KillPids(vec![host.id()]);
-    let mut stdin = host.stdin.take().unwrap();
-    let lines = stdout_lines(&mut host);
-    let line = || lines.recv_timeout(Duration::from_secs(30)).expect("the forking host printed nothing within 30 s");
-    let sock = line().strip_prefix("socket ").unwrap().to_string();
-    assert_eq!(sock, xdg.join(format!("bunkai-mod/{}.sock", host.id())).to_str().unwrap());
-    writeln!(stdin, "fork").unwrap();
-    let child = line();
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(&exe);
+    let mut host = ForkHost::spawn(cmd, &xdg, "fork-host as nobody");
+    assert_eq!(host.sock, xdg.join(format!("bunkai-mod/{}.sock", host.host.id())).to_str().unwrap());
+    writeln!(host.stdin, "fork").unwrap();
+    let child = host.line();
     let f: Vec<&str> = child.split(' ').collect();
     let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
-    ours.0.push(cpid);
+    host.ours.0.push(cpid);
     assert_eq!(f.get(2).copied(), Some(xdg.join(format!("bunkai-mod/{cpid}.sock")).to_str().unwrap()), "{child}");
     assert!(xdg.join(format!("bunkai-mod/{cpid}.sock")).exists());
-    writeln!(stdin, "forkq").unwrap();
-    let gone: u32 = line().strip_prefix("quick ").unwrap().parse().unwrap();
+    writeln!(host.stdin, "forkq").unwrap();
+    let gone: u32 = host.line().strip_prefix("quick ").unwrap().parse().unwrap();
     // reaped by the host before it printed: its threads are gone too
     assert!(!Path::new(&format!("/proc/{gone}")).exists());
     let left: Vec<String> = std::fs::read_dir(xdg.join("bunkai-mod")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(!left.contains(&format!("{gone}.sock")), "a child that called _exit at once left its socket: {left:?}");
-    drop(ours);
-    host.wait().unwrap();
+    drop(host);
 }
