@@ -23,16 +23,12 @@ on CPU 0, loopback only, serving one 4 KiB page; ab on CPU 1, 10 at a time.
 Writes bench/results/flow-apache.md (and flow-apache.svg beside it). Removes
 its files and ends its servers, also when interrupted.
 """
-import argparse, json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time
 
-from common import cpu_ns, kill_all, paired_diff, paired_ratio, paper_target, sh, verdict, write_result
+from common import (ASPECTS, BUNKAI, LIB, PRELOAD, ROOT, cpu_ns, kill_all, paired_diff, paired_ratio, paper_target, sh,
+                    verdict, wait_port, write_result)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
-LIB = os.path.join(ROOT, "build/lib/bunkai")
 AP = os.path.join(ROOT, "build/third_party/apache2")
-ASPECTS = os.path.join(ROOT, "tests/programs/flow/aspects")
-PRELOAD = f"{LIB}/libbunkai-host.so {LIB}/libbunkai-flow.so"
 
 
 def log(msg):
@@ -97,17 +93,8 @@ KeepAlive Off
         p = subprocess.Popen(["taskset", "-c", "0", os.path.join(AP, f"httpd-{variant}"), "-X", "-f", conf], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
-        deadline = time.monotonic() + 20
-        while True:
-            if p.poll() is not None:
-                raise SystemExit(f"flow-apache: httpd-{variant} exited {p.returncode}: {p.stderr.read()[-500:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return p
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"flow-apache: httpd-{variant} did not listen on port {self.port} within 20 s")
-                time.sleep(0.05)
+        wait_port(self.port, p, f"flow-apache: httpd-{variant}")
+        return p
 
     @staticmethod
     def stop(p):

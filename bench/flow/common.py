@@ -1,8 +1,34 @@
 """Helpers the bench/flow harnesses share (imported from beside them:
 python3 puts a script's own directory first on sys.path)."""
 import os
+import socket
 import statistics
 import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
+LIB = os.path.join(ROOT, "build/lib/bunkai")
+ASPECTS = os.path.join(ROOT, "tests/programs/flow/aspects")
+# what a woven server is started with: the host library and flow's runtime
+PRELOAD = f"{LIB}/libbunkai-host.so {LIB}/libbunkai-flow.so"
+
+
+def wait_port(port, proc, who, deadline=20.0):
+    """Polls 127.0.0.1:port until proc (a server started as who) accepts
+    a connection; SystemExit with one line if proc ends first or nothing
+    listens by the deadline (seconds)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            err = proc.stderr.read()[-500:] if proc.stderr else ""
+            raise SystemExit(f"{who} exited ({proc.returncode}) before it listened on {port}{': ' + err if err else ''}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise SystemExit(f"{who}: nothing listens on 127.0.0.1:{port} after {deadline:.0f} s")
 
 
 def sh(*argv, **kw):

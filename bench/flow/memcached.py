@@ -31,31 +31,14 @@ loopback is used; every server started is stopped, also when interrupted.
 """
 import argparse, json, os, re, signal, socket, statistics, subprocess, sys, tempfile, time
 
-from common import cpu_ns, kill_all, paired_diff, paired_ratio, paper_target, sh, verdict, write_result
+from common import (ASPECTS, BUNKAI, LIB, PRELOAD, ROOT, cpu_ns, kill_all, paired_diff, paired_ratio, paper_target, sh,
+                    verdict, wait_port, write_result)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
-LIB = os.path.join(ROOT, "build/lib/bunkai")
 MC = os.path.join(ROOT, "build/third_party/memcached")
-ASPECTS = os.path.join(ROOT, "tests/programs/flow/aspects")
-PRELOAD = f"{LIB}/libbunkai-host.so {LIB}/libbunkai-flow.so"
 
 
 def log(msg):
     print(f"flow-memcached: {msg}", file=sys.stderr, flush=True)
-
-
-def wait_port(port, proc, deadline=20.0):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"flow-memcached: the server exited ({proc.returncode}) before it listened on {port}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise SystemExit(f"flow-memcached: nothing listens on 127.0.0.1:{port} after {deadline:.0f} s")
 
 
 class Lab:
@@ -85,7 +68,7 @@ class Lab:
                 "-p", str(port), "-t", "1", "-m", "64", "-u", "root", *extra]
         p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
-        wait_port(port, p)
+        wait_port(port, p, "flow-memcached: the server")
         return p, port
 
     @staticmethod
