@@ -78,15 +78,17 @@ fn a_system_recording_of_one_request_holds_the_kernel_and_apache() {
 
     // --count-only: the same window followed, nothing recorded (QEMU's own
     // speed, the record throughput's baseline): about as many instructions
-    // (another boot: the client's packets arrive at other moments), and
-    // no trace file; with -o it is a usage error.
+    // (another boot: the client's packets and the timer's interrupts come
+    // at other moments; at load average 10-13, two pairs of runs of three
+    // differed by 7.4% and 5.2%, one each way),
+    // and no trace file; with -o it is a usage error.
     let r = run(&["trace", "record", "--system", "--guest", g, "--get", "/index.html", "--json", "--count-only"], Duration::from_secs(900));
     assert_eq!(r.code, Some(0), "record --system --count-only failed:\n{}", r.stderr);
     let counted: serde_json::Value = serde_json::from_str(r.stderr.lines().last().unwrap_or(""))
         .unwrap_or_else(|e| panic!("no JSON summary ({e}):\n{}", r.stderr));
     assert_eq!(counted["count_only"], true, "{counted}");
     let n = counted["instructions"].as_u64().unwrap();
-    assert!(n.abs_diff(instr) * 20 < instr, "counted {n} instructions, recorded {instr}: {counted}");
+    assert!(n.abs_diff(instr) * 10 < instr, "counted {n} instructions, recorded {instr}: {counted}");
     assert!(counted["million_instructions_per_second"].as_f64().unwrap() > 0.0, "{counted}");
     let r = run(&["trace", "record", "--system", "--guest", g, "--count-only", "-o", t], Duration::from_secs(60));
     assert_eq!(r.code, Some(2), "{}", r.stderr);

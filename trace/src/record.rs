@@ -280,6 +280,10 @@ pub(crate) fn serve_conn(
     verbose: bool,
 ) -> Result<ConnEnd> {
     let mut end = ConnEnd::default();
+    // One compression context for the connection's chunks: a context made
+    // per chunk (zstd::bulk::compress) allocated and cleared its tables
+    // every time.
+    let mut zc = zstd::bulk::Compressor::new(level)?;
     loop {
         let mut h = [0u8; 8];
         let got = read_full(&mut s, &mut h)?;
@@ -330,7 +334,7 @@ pub(crate) fn serve_conn(
             let (_status, _signal) = (c.v().unwrap_or(0), c.v().unwrap_or(0));
             totals.dropped_instructions.fetch_add(c.v().unwrap_or(0), Ordering::SeqCst);
         }
-        let compressed = if raw.len() >= 64 { Some(zstd::bulk::compress(&raw, level)?) } else { None };
+        let compressed = if raw.len() >= 64 { Some(zc.compress(&raw)?) } else { None };
         let raw_len = raw.len();
         if tx.send(Msg { stream, kind, raw_len, compressed, raw }).is_err() {
             bail!("the trace writer stopped");
