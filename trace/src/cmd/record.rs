@@ -74,8 +74,7 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_children: bool,
     /// zstd level of the chunks, 1 to 19 (default: 1, the fastest; with
-    /// --system 3: there QEMU is the slow part, and the file stays under a
-    /// byte an instruction)
+    /// --system 3: there QEMU is the slow part, and the size counts more)
     #[arg(long, value_name = "N")]
     pub level: Option<i32>,
     /// Print the summary as one line of JSON on stderr (stdout belongs to
