@@ -87,6 +87,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "trace.md"))
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench", "trace-speed"))
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
     text, sql = make_inputs(args.work, args.quick)
@@ -133,8 +134,9 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     out = ["# `bunkai trace`: recording speed, trace size, report throughput", ""]
     out.append(f"Measured by `bench/trace/speed.py{' --quick' if args.quick else ''}` on {cpu} ({os.cpu_count()} cores), "
-               "all columns in the same run. Baseline: `valgrind --tool=lackey --trace-mem=yes --log-file=F`, which records "
-               "the same instructions and accesses as text.")
+               f"all columns in the same run; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+               "(wall times grow with it, CPU times much less). Baseline: `valgrind --tool=lackey --trace-mem=yes "
+               "--log-file=F`, which records the same instructions and accesses as text.")
     out.append("")
     out.append("| workload | instructions | memory refs | native | lackey | bunkai | bunkai / lackey | bunkai / native | same, less start-up | target ≤ lackey |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
