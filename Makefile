@@ -98,7 +98,7 @@ bench-trace-system: all guest
 	@python3 bench/trace/system.py
 
 bench-share: all
-	@echo "make bench-share: about 90 minutes: the evaluation (about 10 minutes, bench/share/run.sh), then 976 checked runs across three hosts (80 minutes, bench/results/share-stress.md)"
+	@echo "make bench-share: 100-120 minutes: the evaluation (about 10 minutes, bench/share/run.sh), then 976 checked runs across three hosts (90-107 minutes under load, bench/results/share-stress.md)"
 	@bash bench/share/run.sh
 	@bash bench/share/stress.sh
 
@@ -111,7 +111,7 @@ bench-cli: all
 	@python3 bench/cli/startup.py
 
 # bunkai share under repetition: hundreds of runs, every one checked
-# (about 50 minutes; results in bench/results/share-stress.md).
+# (90-107 minutes on these machines; results in bench/results/share-stress.md).
 stress-share: all
 	@bash bench/share/stress.sh
 

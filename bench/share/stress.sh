@@ -5,7 +5,7 @@
 # dlopen program, first touches racing on a node (firsttouch.c) and Python
 # threads, across three hosts; every run checked.
 #   bench/share/stress.sh [--quick] [--runs N]
-# Needs root. Takes about 50 minutes (--quick: about 4).
+# Needs root. Takes 90-107 minutes here (--quick: about 4).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -x build/bin/bunkai ] || make
