@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import write_atomic
+
 ROOT = Path(__file__).resolve().parents[2]
 BUNKAI = Path(os.environ.get("BUNKAI", ROOT / "build/bin/bunkai"))
 SQ = ROOT / "build/third_party/sqlite"
@@ -136,8 +138,9 @@ def main():
         lines += ["## Failed runs", "", "| run | exit | stderr |", "|---:|---|---|"]
         lines += [f"| {r['run']} | {r['exit']} | {r['stderr'].strip().replace('|', '/')[:200]} |" for r in bad]
         lines.append("")
-    Path(args.out).write_text("\n".join(lines))
-    Path(args.out).with_suffix(".json").write_text(json.dumps({"runs": runs, "native": nat, "groups": ngroups}, indent=1) + "\n")
+    write_atomic(args.out, "\n".join(lines))
+    write_atomic(str(Path(args.out).with_suffix(".json")),
+                 json.dumps({"runs": runs, "native": nat, "groups": ngroups}, indent=1) + "\n")
     log(f"{len(runs)} runs, {len(bad)} failed; native {len(nbad)} failed -> {args.out}")
     sys.exit(1 if bad else 0)
 

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from common import write_results
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 SQLITE = os.path.join(ROOT, "build/third_party/sqlite")
@@ -226,12 +228,7 @@ def main():
             r[who] = measure(bunkai, out)
         res.append((key, r))
     text = render(a, res)
-    with open(a.out, "w") as f:
-        f.write(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
-    print(text, end="")
+    write_results(a.out, text, a.json, res)
 
 
 if __name__ == "__main__":

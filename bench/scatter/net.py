@@ -54,6 +54,8 @@ import tempfile
 import types
 import time
 
+from common import write_atomic
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 PROGS = os.path.join(ROOT, "tests/programs")
@@ -788,14 +790,6 @@ def machine():
             if line.startswith("PRETTY_NAME="):
                 osr = line.split("=", 1)[1].strip().strip('"')
     return f"{os.cpu_count()} CPUs ({cpu}), {mem:,} MiB, {osr}, Linux {os.uname().release}"
-
-
-def write_atomic(path, text):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp_out = path + ".tmp"
-    with open(tmp_out, "w") as f:
-        f.write(text)
-    os.replace(tmp_out, path)
 
 
 def save_state(path, a, b, cmdline, links, sizes, done):

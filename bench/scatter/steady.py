@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+from common import write_atomic
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 PROGS = os.path.join(ROOT, "tests/programs")
@@ -385,13 +387,9 @@ def main():
               f"{' '.join(sys.argv[1:])}` (see its docstring). Instructions: valgrind's "
               "callgrind, by the code that ran them; wall time: median of interleaved runs. "
               "Both programs in the same run.\n", "```text", text, "```", ""]
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write("\n".join(md))
-        os.replace(tmp, a.out)
+        write_atomic(a.out, "\n".join(md))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+        write_atomic(a.json, json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

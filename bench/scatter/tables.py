@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+from common import write_atomic
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
 PROGS = os.path.join(ROOT, "tests/programs")
@@ -216,11 +218,7 @@ def steady(a):
     if a.quick:
         L.append("\n(--quick: 3 repetitions and demo2 with 100,000 outer iterations instead of 1,000,000.)")
     text = "\n".join(L) + "\n"
-    out = a.out or os.path.join(ROOT, "bench/results/scatter-steady.md")
-    tmp = out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, out)
+    write_atomic(a.out or os.path.join(ROOT, "bench/results/scatter-steady.md"), text)
     print(text)
 
 
@@ -451,11 +449,7 @@ def main():
     if a.quick:
         L.append("\n(--quick: fewer repetitions and demo2 with 100,000 outer iterations instead of 1,000,000.)")
     text = "\n".join(L) + "\n"
-    tmp = a.out + ".tmp"
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, a.out)
+    write_atomic(a.out, text)
     print(text)
 
 
