@@ -1303,21 +1303,17 @@ fn a_fork_child_gets_a_host_of_its_own() {
             assert_eq!(sock, xdg.join(format!("bunkai-mod/{}.sock", host.host.id())).to_str().unwrap());
         }
         bunkai_ok(&["mod", "load", "--socket", &sock, module.to_str().unwrap()]);
-        writeln!(host.stdin, "fork").unwrap();
-        let child = host.line();
-        let f: Vec<&str> = child.split(' ').collect();
-        let cpid: u32 = f.get(1).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{child}"));
-        host.ours.0.push(cpid);
+        // fork() checks that the child called the module it inherited (42)
+        let (cpid, csock) = host.fork("fork");
         kill_pid_after(cpid, DEADLINE, "fork-host's child");
-        assert_eq!((f.len(), f[0], f[3]), (4, "child", "42"), "{child}: the child calls the module it inherited");
         if explicit {
-            assert_eq!(f[2], "none", "a child of a host on an explicit path has no host: {child}");
+            assert_eq!(csock, "none", "a child of a host on an explicit path has no host");
         } else {
-            assert_eq!(f[2], xdg.join(format!("bunkai-mod/{cpid}.sock")).to_str().unwrap());
-            let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
+            assert_eq!(csock, xdg.join(format!("bunkai-mod/{cpid}.sock")).to_str().unwrap());
+            let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &csock, "--json"]).stdout).unwrap();
             assert_eq!(l["modules"][0]["record"]["name"], "answer42", "{l}");
-            bunkai_ok(&["mod", "unload", "--socket", f[2], "answer42"]);
-            let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", f[2], "--json"]).stdout).unwrap();
+            bunkai_ok(&["mod", "unload", "--socket", &csock, "answer42"]);
+            let l: serde_json::Value = serde_json::from_slice(&bunkai_ok(&["mod", "list", "--socket", &csock, "--json"]).stdout).unwrap();
             assert!(l["modules"].as_array().unwrap().is_empty(), "{l}");
             // a child exiting normally leaves its parent's socket and
             // removes its own; one that calls _exit at once never made one

@@ -642,8 +642,9 @@ fn corpus(len: usize) -> Vec<u8> {
 }
 
 /// Runs argv `times` times under `bunkai share run --place place` on the
-/// hosts of h and checks every run against the native output, byte for byte, and that
-/// threads ran on the nodes and pages moved. Returns the native output.
+/// hosts of h and checks every run against the native output, byte for
+/// byte, and that threads ran on the nodes and pages moved. Returns the
+/// native output.
 fn same_every_time(h: &Hosts, nodes: &[Node], place: &str, argv: &[&str], times: usize, limit: Duration) -> Vec<u8> {
     let native = native(h, argv, limit);
     assert!(native.status.success(), "{argv:?} natively: {}", text(&native.stderr));
