@@ -13,11 +13,8 @@ sled. Writes bench/results/flow-patch.md.
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
-from common import write_result
+from common import BUNKAI, LIB, ROOT, write_result
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
-LIB = os.path.join(ROOT, "build/lib/bunkai")
 NFUNC = 1200
 
 PROGRAM = r'''

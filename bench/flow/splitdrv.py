@@ -18,11 +18,8 @@ interrupted. Writes bench/results/flow-splitdrv.md by default.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time, types
 
-from common import kill_all, paired_ratio, paper_target, sh, verdict, write_result
+from common import BUNKAI, PRELOAD, ROOT, kill_all, paired_ratio, paper_target, sh, verdict, write_result
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUNKAI = os.path.join(ROOT, "build/bin/bunkai")
-LIB = os.path.join(ROOT, "build/lib/bunkai")
 PROGS = os.path.join(ROOT, "tests/programs/flow")
 ASPECT = os.path.join(PROGS, "aspects/splitdrv.xml")
 
@@ -72,7 +69,7 @@ class Lab:
         # only what is written takes memory); a full one would drop records
         # and make unfiltered logging look cheaper than it is
         env = dict(os.environ, BUNKAI_HOST="1", BUNKAI_FLOW_DIR=bufs, BUNKAI_FLOW_IDS=os.path.join(bufs, "ids"),
-                   LD_PRELOAD=f"{LIB}/libbunkai-host.so {LIB}/libbunkai-flow.so", BUNKAI_FLOW_BUF="2G")
+                   LD_PRELOAD=PRELOAD, BUNKAI_FLOW_BUF="2G")
         # one CPU each, as Xen gives each domain its own: otherwise the
         # scheduler's placement of two processes that wait by sched_yield
         # decides the throughput more than the advice does
