@@ -125,14 +125,27 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     // inputs and flags, beside the link: the passes need it (what the
     // original exports decides what they may hide: with --lib its
     // functions and data, in an executable its data, issue 23).
-    let (original, split) = std::thread::scope(|s| {
-        let other = s.spawn(|| ph.quiet("original (beside link bitcode)", || b.original(&tus)));
-        let joined = || other.join().map_err(|_| anyhow::anyhow!("building the original panicked"))?;
-        let whole = ph.run("link bitcode", "linking the bitcode (and building the original)", || b.one_module(&tus, &kinds));
-        let original = joined()?;
-        let split = ph.run("split", "splitting the program", || b.split(&whole?, &original))?;
-        Ok::<_, anyhow::Error>((original, split))
-    })?;
+    // One bitcode or IR input (a whole program, as Vim's): clang optimises
+    // it once, and the original is code-generated from that module, as a C
+    // input's is from its step-1 bitcode. Building the original from the
+    // input beside it ran the same -O2 pipeline twice, one on each core
+    // (Vim: 120 s of CPU twice, issue 23).
+    let (original, split) = if b.optimise_once(&tus) {
+        let whole = ph.run("optimise", "optimising the whole program", || b.optimise_one(&tus[0]))?;
+        let from = [Tu { tagged: whole.clone(), c: true }];
+        let original = ph.run("original", "building the original from the optimised program", || b.original(&from))?;
+        let split = ph.run("split", "splitting the program", || b.split(&whole, &original))?;
+        (original, split)
+    } else {
+        std::thread::scope(|s| {
+            let other = s.spawn(|| ph.quiet("original (beside link bitcode)", || b.original(&tus)));
+            let joined = || other.join().map_err(|_| anyhow::anyhow!("building the original panicked"))?;
+            let whole = ph.run("link bitcode", "linking the bitcode (and building the original)", || b.one_module(&tus, &kinds));
+            let original = joined()?;
+            let split = ph.run("split", "splitting the program", || b.split(&whole?, &original))?;
+            Ok::<_, anyhow::Error>((original, split))
+        })?
+    };
     // 5-6. The launcher, beside the libraries; then the checks.
     let (launcher_rel, (empty_so, search)) = std::thread::scope(|s| {
         let other = s.spawn(|| ph.quiet("launcher (beside the libraries)", || b.launcher(&split)));
@@ -379,6 +392,35 @@ impl<'a> Build<'a> {
             )?;
             std::fs::rename(&optimized, &whole)?;
         }
+        Ok(whole)
+    }
+
+    /// Whether step 2 is clang's optimisation of the one input, the original
+    /// then code-generated from its result: one bitcode or IR input, an
+    /// optimisation level, and no flag that changes what `clang -c` emits.
+    fn optimise_once(&self, tus: &[Tu]) -> bool {
+        tus.len() == 1
+            && !tus[0].c
+            && self.level != "-O0"
+            && !self.cflags.iter().any(|f| f.starts_with("-flto") || f.starts_with("-emit-") || f == "-S")
+    }
+
+    /// Step 2 for one bitcode or IR input: `clang -c -emit-llvm` with the
+    /// user's flags runs the pipeline `clang -c` would run before code
+    /// generation, so the module split is the one the original is built from.
+    fn optimise_one(&self, tu: &Tu) -> Result<PathBuf> {
+        let whole = self.work.join("whole.bc");
+        run(
+            Command::new(&self.tc.clang)
+                .arg("-c")
+                .args(&self.cflags)
+                .arg(&self.quiet)
+                .arg("-emit-llvm")
+                .arg(&tu.tagged)
+                .arg("-o")
+                .arg(&whole),
+            "optimising the whole program",
+        )?;
         Ok(whole)
     }
 

@@ -110,6 +110,60 @@ fn verbose_log_is_deterministic_and_explains_decisions() {
 /// from the decision log), `--json` gives them as `phases`; on a terminal
 /// the phases show their progress (here after 0 ms instead of a second,
 /// BUNKAI_PROGRESS_AFTER_MS), and nothing is drawn when stderr is not one.
+/// A whole program given as one bitcode file (LTO pre-link IR, the way
+/// scripts/fetch-vim.sh makes Vim's): clang optimises it once, the scatter
+/// splits that module, and the original is code-generated from it: byte for
+/// byte what `clang-14 -c -O2 whole.bc` and its link make.
+#[test]
+fn whole_program_bitcode_is_optimised_once_and_the_original_is_clangs() {
+    let d = tempfile::tempdir().unwrap();
+    let mut objs = Vec::new();
+    for (i, src) in features_srcs().iter().enumerate() {
+        let o = d.path().join(format!("tu{i}.bc"));
+        let st = Command::new("clang-14")
+            .args(["-O2", "-flto=full", "-c"])
+            .arg(src)
+            .arg("-o")
+            .arg(&o)
+            .status_within(DEADLINE);
+        assert!(st.success(), "clang-14 -flto=full -c {}", src.display());
+        objs.push(o);
+    }
+    let whole = d.path().join("features.bc");
+    let st = Command::new("llvm-link-14").args(&objs).arg("-o").arg(&whole).status_within(DEADLINE);
+    assert!(st.success(), "llvm-link-14");
+    // What clang makes of it, as scatter's original is built: compile, link
+    // with lld and the same flags, strip.
+    let obj = d.path().join("plain.o");
+    let st = Command::new("clang-14").args(["-c", "-O2"]).arg(&whole).arg("-o").arg(&obj).status_within(DEADLINE);
+    assert!(st.success());
+    let plain = d.path().join("plain");
+    let st = Command::new("clang-14")
+        .args(["-fuse-ld=lld", "-O2", "-lm", "-lpthread", "-o"])
+        .arg(&plain)
+        .arg(&obj)
+        .status_within(DEADLINE);
+    assert!(st.success());
+    let stripped = d.path().join("plain.stripped");
+    let st = Command::new("llvm-strip-14").arg("-o").arg(&stripped).arg(&plain).status_within(DEADLINE);
+    assert!(st.success());
+
+    let out = d.path().join("out");
+    let o = scatter(&out, &[whole], &["--json"], &["-O2", "-lm", "-lpthread"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = j["phases"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
+    assert!(names.contains(&"optimise") && names.contains(&"original"), "phases: {names:?}");
+    assert!(!names.iter().any(|n| n.contains("beside link bitcode")), "the input was optimised twice: {names:?}");
+    assert!(
+        std::fs::read(out.join("original/features")).unwrap() == std::fs::read(&stripped).unwrap(),
+        "original/features is not what clang-14 -c -O2 features.bc makes"
+    );
+    same_behaviour(&plain, &out.join("bin/features"), d.path());
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    let n = m["functions"].as_array().unwrap().len();
+    assert!(n >= 10, "only {n} functions extracted");
+}
+
 #[test]
 fn phases_are_timed_and_shown_on_a_terminal_only() {
     let d = tempfile::tempdir().unwrap();
