@@ -96,9 +96,11 @@ pub(crate) fn opt_level(flags: &[String]) -> &'static str {
     for f in flags {
         level = match f.as_str() {
             "-O0" => "-O0",
-            "-O1" => "-O1",
-            "-O" | "-O2" | "-Os" | "-Oz" => "-O2",
+            // clang: -O is -O1, -Og is like -O1, -O4 and above are -O3.
+            "-O1" | "-O" | "-Og" => "-O1",
+            "-O2" | "-Os" | "-Oz" => "-O2",
             "-O3" | "-Ofast" => "-O3",
+            _ if f.len() == 3 && f.starts_with("-O") && f.as_bytes()[2].is_ascii_digit() => "-O3",
             _ => level,
         };
     }
@@ -365,7 +367,9 @@ impl<'a> Build<'a> {
         })
     }
 
-    /// Step 2: one module, work/whole.bc. Bitcode inputs are usually LTO
+    /// Step 2 for several inputs, or one at -O0 (one bitcode or IR input
+    /// otherwise goes through optimise_one): one module, work/whole.bc.
+    /// Bitcode inputs are usually LTO
     /// pre-link IR: the original built from them gets a whole-program
     /// optimisation at link time, so the scattered program gets the same
     /// pipeline before it is split. C inputs were optimised per
@@ -396,13 +400,11 @@ impl<'a> Build<'a> {
     }
 
     /// Whether step 2 is clang's optimisation of the one input, the original
-    /// then code-generated from its result: one bitcode or IR input, an
-    /// optimisation level, and no flag that changes what `clang -c` emits.
+    /// then code-generated from its result: one bitcode or IR input and an
+    /// optimisation level (check_flags has refused the flags that would
+    /// change what `clang -c` emits: -flto, -emit-llvm, -S, -c).
     fn optimise_once(&self, tus: &[Tu]) -> bool {
-        tus.len() == 1
-            && !tus[0].c
-            && self.level != "-O0"
-            && !self.cflags.iter().any(|f| f.starts_with("-flto") || f.starts_with("-emit-") || f == "-S")
+        tus.len() == 1 && !tus[0].c && self.level != "-O0"
     }
 
     /// Step 2 for one bitcode or IR input: `clang -c -emit-llvm` with the
@@ -870,6 +872,10 @@ mod tests {
         assert_eq!(f(&["-O3", "-O1"]), "-O1");
         assert_eq!(f(&[]), "-O0");
         assert_eq!(f(&["-Os"]), "-O2");
+        assert_eq!(f(&["-O"]), "-O1");
+        assert_eq!(f(&["-Og"]), "-O1");
+        assert_eq!(f(&["-O4"]), "-O3");
+        assert_eq!(f(&["-O9", "-Oz"]), "-O2");
     }
 
     #[test]

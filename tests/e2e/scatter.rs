@@ -106,10 +106,6 @@ fn verbose_log_is_deterministic_and_explains_decisions() {
     assert!(log.contains("rename cube -> __bunkai_s"), "{log}");
 }
 
-/// Issue 23: `-v` ends with how long each phase took (`time:` lines, apart
-/// from the decision log), `--json` gives them as `phases`; on a terminal
-/// the phases show their progress (here after 0 ms instead of a second,
-/// BUNKAI_PROGRESS_AFTER_MS), and nothing is drawn when stderr is not one.
 /// A whole program given as one bitcode file (LTO pre-link IR, the way
 /// scripts/fetch-vim.sh makes Vim's): clang optimises it once, the scatter
 /// splits that module, and the original is code-generated from it: byte for
@@ -164,6 +160,10 @@ fn whole_program_bitcode_is_optimised_once_and_the_original_is_clangs() {
     assert!(n >= 10, "only {n} functions extracted");
 }
 
+/// Issue 23: `-v` ends with how long each phase took (`time:` lines, apart
+/// from the decision log), `--json` gives them as `phases`; on a terminal
+/// the phases show their progress (here after 0 ms instead of a second,
+/// BUNKAI_PROGRESS_AFTER_MS), and nothing is drawn when stderr is not one.
 #[test]
 fn phases_are_timed_and_shown_on_a_terminal_only() {
     let d = tempfile::tempdir().unwrap();
