@@ -134,7 +134,7 @@ pub fn scatter(opts: &Options) -> Result<Summary> {
     // (Vim: 120 s of CPU twice, issue 23).
     let (original, split) = if b.optimise_once(&tus) {
         let whole = ph.run("optimise", "optimising the whole program", || b.optimise_one(&tus[0]))?;
-        let from = [Tu { tagged: whole.clone(), c: true }];
+        let from = [Tu { tagged: whole.clone(), optimised: true }];
         let original = ph.run("original", "building the original from the optimised program", || b.original(&from))?;
         let split = ph.run("split", "splitting the program", || b.split(&whole, &original))?;
         (original, split)
@@ -254,11 +254,13 @@ struct Split {
     log_text: String,
 }
 
-/// One input's bitcode (step 1), tagged with its source; whether it was
-/// compiled from C here (the original is then built from it).
+/// One input's bitcode (step 1), tagged with its source; whether it has
+/// been through clang's optimisation pipeline here (compiled from C, or the
+/// one bitcode input's optimise_one), so that the original is
+/// code-generated from it.
 struct Tu {
     tagged: PathBuf,
-    c: bool,
+    optimised: bool,
 }
 
 /// `f` over `items`, `workers` at a time, results in the items' order; the
@@ -351,7 +353,7 @@ impl<'a> Build<'a> {
                 .map_err(|e| {
                     anyhow::anyhow!("{e:#}; {} does not compile (fix the errors above)", input.display())
                 })?;
-                return Ok(Tu { tagged, c: true });
+                return Ok(Tu { tagged, optimised: true });
             }
             run(
                 Command::new(&tc.opt)
@@ -363,7 +365,7 @@ impl<'a> Build<'a> {
                 &format!("reading {}", input.display()),
             )
             .map_err(|e| anyhow::anyhow!("{e:#}; {} is not valid LLVM IR (regenerate it with clang-14)", input.display()))?;
-            Ok(Tu { tagged, c: false })
+            Ok(Tu { tagged, optimised: false })
         })
     }
 
@@ -404,7 +406,7 @@ impl<'a> Build<'a> {
     /// optimisation level (check_flags has refused the flags that would
     /// change what `clang -c` emits: -flto, -emit-llvm, -S, -c).
     fn optimise_once(&self, tus: &[Tu]) -> bool {
-        tus.len() == 1 && !tus[0].c && self.level != "-O0"
+        tus.len() == 1 && !tus[0].optimised && self.level != "-O0"
     }
 
     /// Step 2 for one bitcode or IR input: `clang -c -emit-llvm` with the
@@ -652,7 +654,8 @@ impl<'a> Build<'a> {
     /// attributes code generation does not read), so the object is the one
     /// `clang -c` makes, without compiling and optimising the source a
     /// second time (SQLite's original came out byte for byte the same).
-    /// Other inputs are compiled as they are. Then the objects are linked
+    /// So is one bitcode or IR input's module from optimise_one; other
+    /// inputs are compiled as they are. Then the objects are linked
     /// as `clang FLAGS -o P INPUTS` links them.
     fn original(&self, tus: &[Tu]) -> Result<OriginalBuild> {
         let (opts, tc, name) = (self.opts, &self.tc, &self.name);
@@ -663,7 +666,7 @@ impl<'a> Build<'a> {
             let obj = self.work.join(format!("original{i}.o"));
             let mut c = Command::new(&tc.clang);
             c.arg("-c").args(&self.cflags).arg(&self.quiet).arg("-o").arg(&obj);
-            if tu.c {
+            if tu.optimised {
                 c.args(["-Xclang", "-disable-llvm-passes"]).arg(&tu.tagged);
             } else {
                 c.arg(&opts.inputs[*i]);
